@@ -1,0 +1,347 @@
+"""The event catalogue: every fact and every decision gpuledger records.
+
+Events are frozen msgspec Structs forming one closed tagged union (``Event``). Tags are
+explicit, stable snake_case strings: renaming a class never changes the wire format.
+Evolution is additive only — a new field gets a default, a field's type never changes, a
+change of meaning is a new event type (see docs/events.md).
+
+Units are integers everywhere, so that arithmetic in the policy core is exact and replays
+byte for byte: time in milliseconds, GPUs in milli-GPUs (1000 = one whole device; 250 = a
+quarter of one device), CPU in millicores, memory in MiB.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+MILLI = 1000
+"""One whole GPU in milli-GPUs."""
+
+
+class Resources(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An amount of the three scheduled resources."""
+
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+class PodSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One member of a gang.
+
+    ``gpu_milli`` is either a multiple of 1000 (whole devices) or below 1000 (a fraction of
+    a single device, shared with other fractional pods up to 1.0 of it).
+    """
+
+    name: str
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    node_selector: dict[str, str] = {}
+
+
+class GpuSlot(msgspec.Struct, frozen=True, array_like=True):
+    """A share of one GPU device on a node: device index and milli-GPUs taken."""
+
+    device: int
+    milli: int
+
+
+class PodPlacement(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where one pod of a gang goes."""
+
+    pod: str
+    node: str
+    gpus: tuple[GpuSlot, ...] = ()
+
+
+class Event(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True, kw_only=True):
+    """Base of the closed union; never instantiated itself."""
+
+
+# --------------------------------------------------------------------------- cluster facts
+
+
+class NodeRegistered(Event, tag="node_registered"):
+    """A node joined (or re-announced itself, replacing its capacity and labels)."""
+
+    node: str
+    gpus: int
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    labels: dict[str, str] = {}
+
+
+class NodeRemoved(Event, tag="node_removed"):
+    """A node left the cluster; pods on it are lost."""
+
+    node: str
+
+
+class NodeCordoned(Event, tag="node_cordoned"):
+    """A node stops (``cordoned=True``) or resumes taking new pods."""
+
+    node: str
+    cordoned: bool = True
+
+
+class QueueConfigured(Event, tag="queue_configured"):
+    """A queue was created or its configuration replaced.
+
+    ``deserved`` is the guaranteed quota; ``deserved_gpu_percent`` (0–100), when set,
+    overrides ``deserved.gpu_milli`` with that percentage of the parent's deserved GPUs
+    (of the cluster for a top-level queue). ``limit`` fields of -1 mean "no limit".
+    """
+
+    queue: str
+    parent: str = ""
+    deserved: Resources = Resources()
+    deserved_gpu_percent: int | None = None
+    over_quota_weight: int = 1
+    limit: Resources = Resources(gpu_milli=-1, cpu_milli=-1, memory_mib=-1)
+    priority: int = 0
+
+
+class QueueRemoved(Event, tag="queue_removed"):
+    """A queue was deleted. Its pending jobs are rejected; running ones keep running."""
+
+    queue: str
+
+
+# --------------------------------------------------------------------------- job facts
+
+
+class JobSubmitted(Event, tag="job_submitted"):
+    """A gang of pods was submitted to a queue.
+
+    The gang is placed all-or-nothing on ``min_members`` pods (default: all of them).
+    ``preemptible`` defaults from the priority class (below 100 is preemptible).
+    """
+
+    job: str
+    queue: str
+    pods: tuple[PodSpec, ...]
+    min_members: int = 0
+    priority_class: str = "train"
+    preemptible: bool | None = None
+    expected_runtime_ms: int | None = None
+    checkpoint_interval_ms: int | None = None
+
+
+class JobCancelled(Event, tag="job_cancelled"):
+    """The owner withdrew the job; its pods are released."""
+
+    job: str
+
+
+class PodStarted(Event, tag="pod_started"):
+    """The kubelet reports the pod's containers running."""
+
+    job: str
+    pod: str
+
+
+class PodFinished(Event, tag="pod_finished"):
+    """The pod exited."""
+
+    job: str
+    pod: str
+    succeeded: bool = True
+
+
+class Tick(Event, tag="tick"):
+    """Clock advance with no other news, so time-based rules run on an idle cluster."""
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class PodsAllocated(Event, tag="pods_allocated"):
+    """The scheduler placed these pods of a job (a whole gang under the gang policy)."""
+
+    job: str
+    queue: str
+    placements: tuple[PodPlacement, ...]
+
+
+class JobPreempted(Event, tag="job_preempted"):
+    """A running job was evicted to make room for ``preemptor``.
+
+    ``rule`` is ``reclaim`` (across queues, to restore a fair share) or ``preempt`` (within
+    a queue, by strictly higher priority). ``lost_gpu_ms`` is the GPU-weighted work since the
+    victim's last checkpoint, in milli-GPU·milliseconds / 1000 (i.e. GPU-milliseconds).
+    """
+
+    job: str
+    queue: str
+    pods: tuple[str, ...]
+    preemptor: str
+    preemptor_queue: str
+    rule: Literal["reclaim", "preempt"]
+    lost_gpu_ms: int
+    checkpointed_ms: int = 0
+
+
+class JobUnschedulable(Event, tag="job_unschedulable"):
+    """The job cannot be placed now, with a reason a person can act on.
+
+    ``final`` means it can never fit this cluster as it stands (more GPUs than any node
+    set offers, a selector no node satisfies); such a job leaves the pending queue at once
+    instead of waiting forever. Non-final reasons are recorded when they change.
+    """
+
+    job: str
+    queue: str
+    reason: str
+    final: bool = False
+
+
+class CycleCompleted(Event, tag="cycle_completed"):
+    """A scheduling cycle ran over the inputs before it and made ``decisions`` decisions.
+
+    It marks the cycle boundary in the ledger, which replay needs to re-run the same cycles.
+    """
+
+    decisions: int = 0
+
+
+# --------------------------------------------------------------------------- binder outcomes
+
+
+class PodBound(Event, tag="pod_bound"):
+    """The binder bound the pod to its node."""
+
+    job: str
+    pod: str
+    node: str
+
+
+class BindFailed(Event, tag="bind_failed"):
+    """The binder could not bind the pod; its allocation is released."""
+
+    job: str
+    pod: str
+    node: str
+    reason: str
+
+
+class PodEvicted(Event, tag="pod_evicted"):
+    """The binder evicted the pod after a preemption."""
+
+    job: str
+    pod: str
+    node: str
+
+
+AnyEvent = (
+    NodeRegistered
+    | NodeRemoved
+    | NodeCordoned
+    | QueueConfigured
+    | QueueRemoved
+    | JobSubmitted
+    | JobCancelled
+    | PodStarted
+    | PodFinished
+    | Tick
+    | PodsAllocated
+    | JobPreempted
+    | JobUnschedulable
+    | CycleCompleted
+    | PodBound
+    | BindFailed
+    | PodEvicted
+)
+"""The closed union of every event type this version understands."""
+
+DECISION_TYPES: tuple[type[Event], ...] = (
+    PodsAllocated,
+    JobPreempted,
+    JobUnschedulable,
+    CycleCompleted,
+)
+"""Events the policy core produces; everything else is an input."""
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    NodeRegistered,
+    NodeRemoved,
+    NodeCordoned,
+    QueueConfigured,
+    QueueRemoved,
+    JobSubmitted,
+    JobCancelled,
+    PodStarted,
+    PodFinished,
+    Tick,
+    PodsAllocated,
+    JobPreempted,
+    JobUnschedulable,
+    CycleCompleted,
+    PodBound,
+    BindFailed,
+    PodEvicted,
+)
+
+
+def tag_of(event_type: type[Event]) -> str:
+    """The stable wire tag of an event class."""
+    tag = event_type.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+TAGS: dict[str, type[Event]] = {tag_of(t): t for t in EVENT_TYPES}
+DECISION_TAGS: frozenset[str] = frozenset(tag_of(t) for t in DECISION_TYPES)
+
+
+def is_decision(event: Event) -> bool:
+    """True for events the policy core produced."""
+    return isinstance(event, DECISION_TYPES)
+
+
+def event_key(event: Event) -> str:
+    """The entity an event is about (job, node or queue): the log's partitioning key."""
+    for field in ("job", "node", "queue"):
+        value = getattr(event, field, None)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+__all__ = [
+    "AnyEvent",
+    "BindFailed",
+    "CycleCompleted",
+    "DECISION_TAGS",
+    "DECISION_TYPES",
+    "EVENT_TYPES",
+    "Event",
+    "GpuSlot",
+    "JobCancelled",
+    "JobPreempted",
+    "JobSubmitted",
+    "JobUnschedulable",
+    "MILLI",
+    "NodeCordoned",
+    "NodeRegistered",
+    "NodeRemoved",
+    "PodBound",
+    "PodEvicted",
+    "PodFinished",
+    "PodPlacement",
+    "PodSpec",
+    "PodStarted",
+    "PodsAllocated",
+    "QueueConfigured",
+    "QueueRemoved",
+    "Resources",
+    "TAGS",
+    "Tick",
+    "event_key",
+    "is_decision",
+    "tag_of",
+]
