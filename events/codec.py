@@ -65,6 +65,11 @@ def encode(event: Event, at: int) -> bytes:
     return _env_enc.encode(wrap(event, at))
 
 
+def encode_envelope(env: Envelope) -> bytes:
+    """msgpack bytes of an envelope, exactly as a log stores it."""
+    return _env_enc.encode(env)
+
+
 def decode_envelope(data: bytes | memoryview, offset: int = -1) -> Envelope:
     """Decode only the envelope; raises DecodeError naming the offset."""
     try:

@@ -157,6 +157,19 @@ class Tick(Event, tag="tick"):
     """Clock advance with no other news, so time-based rules run on an idle cluster."""
 
 
+class PolicyConfigured(Event, tag="policy_configured"):
+    """The scheduling policy in force from now on; recorded so a replay uses the same one.
+
+    ``policy`` is ``gpuledger`` (hierarchical gang policy) or ``fifo`` (a model of the
+    default kube-scheduler: no queues, no gangs, no preemption). New knobs are added here
+    with defaults that keep older ledgers' behaviour.
+    """
+
+    policy: str = "gpuledger"
+    reclaim: bool = True
+    preempt: bool = True
+
+
 # --------------------------------------------------------------------------- decisions
 
 
@@ -248,6 +261,7 @@ AnyEvent = (
     | PodStarted
     | PodFinished
     | Tick
+    | PolicyConfigured
     | PodsAllocated
     | JobPreempted
     | JobUnschedulable
@@ -277,6 +291,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PodStarted,
     PodFinished,
     Tick,
+    PolicyConfigured,
     PodsAllocated,
     JobPreempted,
     JobUnschedulable,
@@ -336,6 +351,7 @@ __all__ = [
     "PodSpec",
     "PodStarted",
     "PodsAllocated",
+    "PolicyConfigured",
     "QueueConfigured",
     "QueueRemoved",
     "Resources",

@@ -1,0 +1,25 @@
+"""The pure policy core: ``State``, ``apply(state, event, at)``, ``cycle(state, now)``.
+
+Nothing in this package performs I/O, reads a clock, draws an unseeded random number or
+depends on hash order; ``tests/test_core_purity.py`` enforces the import side of that.
+"""
+
+from scheduler.core.apply import apply, lost_work
+from scheduler.core.fairshare import Shares, fair_shares
+from scheduler.core.policy import POLICIES, cycle, gpus
+from scheduler.core.state import PRIORITY_CLASSES, Job, Node, Queue, State
+
+__all__ = [
+    "POLICIES",
+    "PRIORITY_CLASSES",
+    "Job",
+    "Node",
+    "Queue",
+    "Shares",
+    "State",
+    "apply",
+    "cycle",
+    "fair_shares",
+    "gpus",
+    "lost_work",
+]

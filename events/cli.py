@@ -1,0 +1,267 @@
+"""``gpuledger log``: look into, check, export and import the embedded ledger."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, NoReturn
+
+from events.codec import DecodeError, to_json_line
+from events.filelog import (
+    FileLedger,
+    LedgerDirReader,
+    LedgerError,
+    export_jsonl,
+    import_jsonl,
+    open_reader,
+    verify,
+)
+from events.model import TAGS
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``log`` command and its sub-commands to the ``gpuledger`` parser."""
+    log = sub.add_parser(
+        "log",
+        help="inspect, verify, export and import a ledger",
+        description="Inspect, verify, export and import a ledger directory.",
+    )
+    cmds = log.add_subparsers(dest="log_command", required=True, metavar="SUBCOMMAND")
+    source = "ledger directory or JSON Lines export (.jsonl)"
+
+    cat = cmds.add_parser("cat", help="print records as JSON Lines")
+    cat.add_argument("ledger", metavar="LEDGER", help=source)
+    cat.add_argument(
+        "--from",
+        dest="start",
+        type=_offset,
+        default=0,
+        metavar="N",
+        help="first offset to print (default 0)",
+    )
+    cat.add_argument(
+        "--until",
+        dest="end",
+        type=_offset,
+        default=None,
+        metavar="N",
+        help="stop before offset N (default: the current end)",
+    )
+    cat.add_argument(
+        "--type",
+        dest="types",
+        action="extend",
+        nargs="+",
+        metavar="TAG",
+        help="only records of these event types (repeatable)",
+    )
+    cat.set_defaults(func=_cat)
+
+    tail = cmds.add_parser("tail", help="print the last records, optionally following")
+    tail.add_argument("ledger", metavar="LEDGER", help=source)
+    tail.add_argument(
+        "-n",
+        dest="count",
+        type=_offset,
+        default=10,
+        metavar="N",
+        help="how many records (default 10)",
+    )
+    tail.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing records as they are appended (ledger directory only)",
+    )
+    tail.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow, stop after this long without a new record",
+    )
+    tail.set_defaults(func=_tail)
+
+    ver = cmds.add_parser("verify", help="check every segment; exit 1 on any problem")
+    ver.add_argument("ledger", metavar="LEDGER", help="ledger directory")
+    ver.set_defaults(func=_verify)
+
+    exp = cmds.add_parser("export", help="write the ledger as JSON Lines")
+    exp.add_argument("ledger", metavar="LEDGER", help="ledger directory")
+    exp.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, - for stdout")
+    exp.add_argument(
+        "--from",
+        dest="start",
+        type=_offset,
+        default=0,
+        metavar="N",
+        help="first offset to export (default 0)",
+    )
+    exp.add_argument(
+        "--until",
+        dest="end",
+        type=_offset,
+        default=None,
+        metavar="N",
+        help="stop before offset N (default: the current end)",
+    )
+    exp.set_defaults(func=_export)
+
+    imp = cmds.add_parser("import", help="append a JSON Lines export to a ledger")
+    imp.add_argument("source", metavar="FILE.jsonl", help="JSON Lines file, - for stdin")
+    imp.add_argument(
+        "--ledger", required=True, metavar="DIR", help="ledger directory (created if missing)"
+    )
+    imp.set_defaults(func=_import)
+
+
+def _offset(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an offset: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
+    return value
+
+
+def _fail(message: str) -> NoReturn:
+    from scheduler.cli import CliError  # noqa: PLC0415  # scheduler.cli imports this module
+
+    raise CliError(message)
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn the ledger's and the file system's errors into one-line CLI errors."""
+    try:
+        yield
+    except (LedgerError, DecodeError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}")
+
+
+def _stdout() -> IO[bytes]:
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
+def _cat(args: argparse.Namespace) -> int:
+    types: set[str] | None = set(args.types) if args.types else None
+    if types is not None and not types <= TAGS.keys():
+        unknown = ", ".join(sorted(types - TAGS.keys()))
+        _fail(f"unknown event type {unknown}; known: {', '.join(sorted(TAGS))}")
+    out = _stdout()
+    with _user_errors():
+        reader = open_reader(args.ledger)
+        for off, env in reader.read(args.start, args.end):
+            if types is None or env.type in types:
+                out.write(to_json_line(off, env) + b"\n")
+    out.flush()
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    out = _stdout()
+    with _user_errors():
+        reader = open_reader(args.ledger)
+        end = reader.end_offset()
+        for off, env in reader.read(max(end - args.count, 0), end):
+            out.write(to_json_line(off, env) + b"\n")
+        out.flush()
+        if not args.follow:
+            return 0
+        if not isinstance(reader, LedgerDirReader):
+            _fail(f"{args.ledger}: --follow needs a ledger directory")
+        try:
+            for off, env in reader.follow(end, idle_timeout_s=args.idle_timeout):
+                out.write(to_json_line(off, env) + b"\n")
+                out.flush()
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a follow normally ends
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    with _user_errors():
+        if not Path(args.ledger).is_dir():
+            _fail(f"{args.ledger}: not a ledger directory")
+        report = verify(args.ledger)
+    span = (
+        f"offsets {report.first_offset}..{report.last_offset}"
+        if report.first_offset is not None
+        else "no records"
+    )
+    sys.stdout.write(
+        f"{report.path}: {report.segments} segments, {report.records} records ({span}), "
+        f"{report.bytes} bytes\n"
+    )
+    for problem in report.problems:
+        sys.stdout.write(f"problem: {problem}\n")
+    if report.problems:
+        sys.stdout.write(f"{len(report.problems)} problem(s)\n")
+        return 1
+    sys.stdout.write("ok\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    with _user_errors():
+        reader = LedgerDirReader(args.ledger)
+        if args.out == "-":
+            out = _stdout()
+            count = export_jsonl(reader, out, args.start, args.end)
+            out.flush()
+        else:
+            count = _export_file(reader, Path(args.out), args.start, args.end)
+    sys.stderr.write(f"exported {count} records to {args.out}\n")
+    return 0
+
+
+def _export_file(reader: LedgerDirReader, target: Path, start: int, end: int | None) -> int:
+    # Written aside and renamed, so a failed export never leaves a plausible-looking
+    # half file under the requested name.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            count = export_jsonl(reader, f, start, end)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count
+
+
+def _import(args: argparse.Namespace) -> int:
+    with _user_errors():
+        if args.source == "-":
+            count, first = _import_from(sys.stdin.buffer, args.ledger, "<stdin>")
+        else:
+            with open(args.source, "rb") as f:
+                count, first = _import_from(f, args.ledger, args.source)
+    span = f" (offsets {first}..{first + count - 1})" if count else ""
+    sys.stderr.write(f"imported {count} records into {args.ledger}{span}\n")
+    return 0
+
+
+def _import_from(src: IO[bytes], ledger: str, name: str) -> tuple[int, int]:
+    created = not Path(ledger).exists()
+    with FileLedger.open(ledger) as writer:
+        first = writer.end_offset()
+        try:
+            return import_jsonl(src, writer, source_name=name), first
+        except BaseException:
+            # A rejected import into a new directory should not leave an empty ledger
+            # behind; one that already has records is never removed.
+            if created and writer.end_offset() == 0:
+                writer.close()
+                shutil.rmtree(ledger, ignore_errors=True)
+            raise

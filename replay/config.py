@@ -1,0 +1,348 @@
+"""The simulator's three input files: ``cluster.yaml``, ``queues.yaml``, ``workload.yaml``.
+
+Each is a msgspec Struct, so a bad file fails with the file name and the exact field path
+(``$.generators[2].runtime.median_s``), and ``gpuledger schema`` prints a JSON Schema
+generated from these very types (docs/formats.md). People write GPUs, cores, GiB and
+seconds; the loaders convert to the ledger's integer units exactly.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from events.model import MILLI, NodeRegistered, QueueConfigured, Resources
+
+NonNeg = Annotated[float, msgspec.Meta(ge=0)]
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file and the field."""
+
+
+# --------------------------------------------------------------------------- cluster.yaml
+
+
+class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``count`` identical nodes named ``{name}-000``, ``{name}-001``, …"""
+
+    name: str
+    count: Count
+    gpus: Annotated[int, msgspec.Meta(ge=0)]
+    gpu_model: str = ""
+    gpu_memory_gib: NonNeg = 0
+    cpu: NonNeg = 0
+    """Cores; 0 means CPU is not modelled on these nodes."""
+    memory_gib: NonNeg = 0
+    """0 means memory is not modelled on these nodes."""
+    labels: dict[str, str] = {}
+
+
+class Timing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """How long the simulated binder and kubelet take."""
+
+    bind_latency_s: NonNeg = 0.5
+    startup_s: NonNeg = 2.0
+
+
+class ClusterFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``cluster.yaml``: node groups and binder/kubelet timing."""
+
+    nodes: list[NodeGroup]
+    timing: Timing = Timing()
+
+
+# --------------------------------------------------------------------------- queues.yaml
+
+
+class QueueSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One queue of the tree. Give ``deserved_gpus`` or ``deserved_percent``, not both."""
+
+    name: str
+    parent: str = ""
+    deserved_gpus: NonNeg | None = None
+    deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100)] | None = None
+    deserved_cpu: NonNeg = 0
+    deserved_memory_gib: NonNeg = 0
+    over_quota_weight: Annotated[int, msgspec.Meta(ge=0)] = 1
+    limit_gpus: NonNeg | None = None
+    limit_cpu: NonNeg | None = None
+    limit_memory_gib: NonNeg | None = None
+    priority: int = 0
+
+
+class QueuesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``queues.yaml``: the queue tree."""
+
+    queues: list[QueueSpec]
+
+
+# --------------------------------------------------------------------------- workload.yaml
+
+
+class Fixed(msgspec.Struct, tag="fixed", forbid_unknown_fields=True, frozen=True):
+    """Always ``value``."""
+
+    value: NonNeg
+
+
+class Choice(msgspec.Struct, tag="choice", forbid_unknown_fields=True, frozen=True):
+    """One of ``values``, with optional relative ``weights``."""
+
+    values: list[NonNeg]
+    weights: list[Positive] | None = None
+
+
+class Uniform(msgspec.Struct, tag="uniform", forbid_unknown_fields=True, frozen=True):
+    """Uniform between ``min`` and ``max``."""
+
+    min: NonNeg
+    max: NonNeg
+
+
+class Exponential(msgspec.Struct, tag="exponential", forbid_unknown_fields=True, frozen=True):
+    """Exponential with mean ``mean``."""
+
+    mean: Positive
+
+
+class LogNormal(msgspec.Struct, tag="lognormal", forbid_unknown_fields=True, frozen=True):
+    """Log-normal with the given ``median`` and shape ``sigma`` (heavy-tailed runtimes)."""
+
+    median: Positive
+    sigma: NonNeg = 1.0
+    max: Positive | None = None
+
+
+Distribution = Fixed | Choice | Uniform | Exponential | LogNormal
+Number = float | Distribution
+
+
+class Poisson(msgspec.Struct, tag="poisson", forbid_unknown_fields=True, frozen=True):
+    """Arrivals at ``rate_per_h`` on average, memoryless."""
+
+    rate_per_h: Positive
+
+
+class Periodic(msgspec.Struct, tag="periodic", forbid_unknown_fields=True, frozen=True):
+    """``burst`` jobs every ``every_s`` seconds (cron-like pipelines, notebook waves)."""
+
+    every_s: Positive
+    burst: Count = 1
+    jitter_s: NonNeg = 0
+
+
+Arrival = Poisson | Periodic
+
+
+class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """An explicit job."""
+
+    name: str
+    queue: str
+    at_s: NonNeg
+    runtime_s: Positive
+    pods: Count = 1
+    gpus_per_pod: NonNeg = 1
+    cpu_per_pod: NonNeg = 0
+    memory_gib_per_pod: NonNeg = 0
+    min_members: Annotated[int, msgspec.Meta(ge=0)] = 0
+    priority_class: str = "train"
+    preemptible: bool | None = None
+    checkpoint_interval_s: Positive | None = None
+    expected_runtime_s: Positive | None = None
+    node_selector: dict[str, str] = {}
+
+
+class Generator(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A Clusterloader2-style generator of similar jobs."""
+
+    name: str
+    queue: str
+    arrival: Arrival
+    runtime_s: Number
+    count: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    start_s: NonNeg = 0
+    end_s: NonNeg | None = None
+    gang_size: Number = 1
+    gpus_per_pod: Number = 1
+    cpu_per_pod: NonNeg = 0
+    memory_gib_per_pod: NonNeg = 0
+    priority_class: str = "train"
+    preemptible: bool | None = None
+    checkpoint_interval_s: Positive | None = None
+    expected_runtime: bool = False
+    """Tell the scheduler each job's true runtime as its expected runtime."""
+    node_selector: dict[str, str] = {}
+
+
+class WorkloadFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``workload.yaml``: explicit jobs and generators, with a seed and a horizon."""
+
+    seed: int = 0
+    horizon_s: Positive = 86_400
+    jobs: list[JobSpec] = []
+    generators: list[Generator] = []
+
+
+T = TypeVar("T")
+
+
+def load(path: str | Path, kind: type[T]) -> T:
+    """Read and validate a YAML file as ``kind``; ConfigError names file and field."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse(raw, kind, str(path))
+
+
+def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
+    """Validate YAML text as ``kind``."""
+    try:
+        return msgspec.yaml.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+
+
+def json_schema(kind: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of a file format, generated from its type."""
+    schema: dict[str, Any] = msgspec.json.schema(kind)
+    return schema
+
+
+# --------------------------------------------------------------------------- to events
+
+
+def milli(value: float, what: str) -> int:
+    """An exact conversion of a human number (GPUs, cores) to milli units."""
+    try:
+        return int((Decimal(str(value)) * MILLI).to_integral_value())
+    except InvalidOperation as exc:  # pragma: no cover - msgspec already rejects NaN
+        raise ConfigError(f"{what}: not a number: {value!r}") from exc
+
+
+def mib(gib: float) -> int:
+    """GiB to whole MiB."""
+    return int((Decimal(str(gib)) * 1024).to_integral_value())
+
+
+def gpu_milli(value: float, what: str) -> int:
+    """GPUs per pod: a fraction of one device, or whole devices."""
+    amount = milli(value, what)
+    if amount > MILLI and amount % MILLI:
+        raise ConfigError(
+            f"{what}: {value} GPUs: a pod takes a fraction of one GPU or whole GPUs, not both"
+        )
+    return amount
+
+
+def node_events(cluster: ClusterFile) -> list[NodeRegistered]:
+    """One NodeRegistered per node, in file order."""
+    events: list[NodeRegistered] = []
+    seen: dict[str, None] = {}
+    for group in cluster.nodes:
+        width = max(3, len(str(group.count - 1)))
+        for index in range(group.count):
+            name = f"{group.name}-{index:0{width}d}"
+            if name in seen:
+                raise ConfigError(f"cluster: duplicate node name {name!r}")
+            seen[name] = None
+            events.append(
+                NodeRegistered(
+                    node=name,
+                    gpus=group.gpus,
+                    gpu_model=group.gpu_model,
+                    gpu_memory_mib=mib(group.gpu_memory_gib),
+                    cpu_milli=milli(group.cpu, f"nodes[{group.name}].cpu"),
+                    memory_mib=mib(group.memory_gib),
+                    labels=dict(group.labels),
+                )
+            )
+    return events
+
+
+def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
+    """QueueConfigured events, parents before children; validates the tree."""
+    by_name: dict[str, QueueSpec] = {}
+    for index, spec in enumerate(queues.queues):
+        where = f"queues[{index}] ({spec.name})"
+        if spec.name in by_name:
+            raise ConfigError(f"{where}: duplicate queue name")
+        if spec.deserved_gpus is not None and spec.deserved_percent is not None:
+            raise ConfigError(f"{where}: give deserved_gpus or deserved_percent, not both")
+        by_name[spec.name] = spec
+    for name, spec in by_name.items():
+        if spec.parent and spec.parent not in by_name:
+            raise ConfigError(f"queue {name}: parent {spec.parent!r} is not defined")
+        seen = {name}
+        parent = spec.parent
+        while parent:
+            if parent in seen:
+                raise ConfigError(f"queue {name}: the parent chain loops through {parent!r}")
+            seen.add(parent)
+            parent = by_name[parent].parent
+    for name, spec in by_name.items():
+        kids = [k for k in by_name.values() if k.parent == name]
+        kid_sum = sum(k.deserved_gpus or 0 for k in kids)
+        if spec.deserved_gpus is not None and kid_sum > spec.deserved_gpus:
+            raise ConfigError(
+                f"queue {name}: children deserve {kid_sum:g} GPUs, more than its {spec.deserved_gpus:g}"
+            )
+        pct = sum(k.deserved_percent or 0 for k in kids)
+        if pct > 100:
+            raise ConfigError(f"queue {name}: children's deserved_percent adds up to {pct:g}")
+    top_pct = sum(s.deserved_percent or 0 for s in by_name.values() if not s.parent)
+    if top_pct > 100:
+        raise ConfigError(f"top-level queues' deserved_percent adds up to {top_pct:g}")
+
+    def depth(spec: QueueSpec) -> int:
+        level = 0
+        while spec.parent:
+            spec = by_name[spec.parent]
+            level += 1
+        return level
+
+    ordered = sorted(by_name.values(), key=lambda s: (depth(s), s.name))
+    return [_queue_event(s) for s in ordered]
+
+
+def _queue_event(spec: QueueSpec) -> QueueConfigured:
+    def limit(value: float | None, conv: int) -> int:
+        if value is None:
+            return -1
+        return milli(value, spec.name) if conv == 0 else mib(value)
+
+    return QueueConfigured(
+        queue=spec.name,
+        parent=spec.parent,
+        deserved=Resources(
+            gpu_milli=milli(spec.deserved_gpus or 0, f"queue {spec.name}.deserved_gpus"),
+            cpu_milli=milli(spec.deserved_cpu, f"queue {spec.name}.deserved_cpu"),
+            memory_mib=mib(spec.deserved_memory_gib),
+        ),
+        deserved_gpu_percent=(
+            None if spec.deserved_percent is None else int(round(spec.deserved_percent))
+        ),
+        over_quota_weight=spec.over_quota_weight,
+        limit=Resources(
+            gpu_milli=limit(spec.limit_gpus, 0),
+            cpu_milli=limit(spec.limit_cpu, 0),
+            memory_mib=limit(spec.limit_memory_gib, 1),
+        ),
+        priority=spec.priority,
+    )
+
+
+def kinds() -> dict[str, type[Any]]:
+    """The file formats by name, for ``gpuledger schema``."""
+    return {"cluster": ClusterFile, "queues": QueuesFile, "workload": WorkloadFile}
+

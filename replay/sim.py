@@ -1,0 +1,370 @@
+"""The discrete-event simulator: a simulated clock driving the same engine a live run uses.
+
+It plays the world around the scheduler — users submitting jobs, the binder binding pods,
+the kubelet starting them, jobs running to completion — as timed input events, and feeds
+them to ``scheduler.engine.Engine``, which writes the very ledger a live run would write.
+All inputs stamped with the same millisecond are applied together and followed by one
+scheduling cycle.
+
+World rules: a job's pods start (after ``startup_s``) only once every pod the scheduler
+placed is bound, as a distributed job's rendezvous needs; it runs for its true runtime
+less the progress its checkpoints kept from earlier attempts; a preempted job resumes
+from its last checkpoint and the lost work is recorded by the core in ``JobPreempted``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from events.model import (
+    MILLI,
+    Event,
+    JobPreempted,
+    JobSubmitted,
+    PodBound,
+    PodEvicted,
+    PodFinished,
+    PodsAllocated,
+    PodSpec,
+    PodStarted,
+    PolicyConfigured,
+)
+from events.port import LedgerWriter
+from replay.config import (
+    Choice,
+    ClusterFile,
+    ConfigError,
+    Distribution,
+    Exponential,
+    Fixed,
+    Generator,
+    LogNormal,
+    Number,
+    Periodic,
+    Poisson,
+    QueuesFile,
+    Uniform,
+    WorkloadFile,
+    gpu_milli,
+    mib,
+    milli,
+    node_events,
+    queue_events,
+)
+from scheduler.core.policy import POLICIES
+from scheduler.core.state import ACTIVE, RUNNING
+from scheduler.engine import Engine
+
+SECOND = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A job of the workload: its submission and its true runtime (known only here)."""
+
+    at: int
+    submitted: JobSubmitted
+    runtime_ms: int
+
+
+def sample(value: Number, rng: random.Random) -> float:
+    """Draw from a distribution (a plain number is itself)."""
+    match value:
+        case float() | int():
+            return float(value)
+        case Fixed(value=v):
+            return v
+        case Choice(values=values, weights=weights):
+            return rng.choices(values, weights=weights)[0]
+        case Uniform(min=lo, max=hi):
+            return rng.uniform(lo, hi)
+        case Exponential(mean=mean):
+            return rng.expovariate(1 / mean)
+        case LogNormal(median=median, sigma=sigma, max=cap):
+            drawn = median * math.exp(sigma * rng.gauss(0, 1))
+            return min(drawn, cap) if cap is not None else drawn
+    raise ConfigError(f"unknown distribution {value!r}")  # pragma: no cover
+
+
+def _arrivals(gen: Generator, horizon_s: float, rng: random.Random) -> list[float]:
+    end = min(gen.end_s if gen.end_s is not None else horizon_s, horizon_s)
+    limit = gen.count if gen.count is not None else 10**9
+    times: list[float] = []
+    match gen.arrival:
+        case Poisson(rate_per_h=rate):
+            t = gen.start_s
+            while len(times) < limit:
+                t += rng.expovariate(rate / 3600)
+                if t >= end:
+                    break
+                times.append(t)
+        case Periodic(every_s=every, burst=burst, jitter_s=jitter):
+            k = 0
+            while len(times) < limit:
+                base = gen.start_s + k * every
+                if base >= end:
+                    break
+                for _ in range(burst):
+                    if len(times) < limit:
+                        times.append(base + (rng.uniform(0, jitter) if jitter else 0.0))
+                k += 1
+    return times
+
+
+def expand(workload: WorkloadFile) -> list[SimJob]:
+    """Every job of the workload, sorted by submission time then name (seeded, exact)."""
+    jobs: list[SimJob] = []
+    for index, spec in enumerate(workload.jobs):
+        where = f"workload.jobs[{index}] ({spec.name})"
+        pod_gpu = gpu_milli(spec.gpus_per_pod, f"{where}.gpus_per_pod")
+        pods = tuple(
+            PodSpec(
+                name=f"{spec.name}-{k}",
+                gpu_milli=pod_gpu,
+                cpu_milli=milli(spec.cpu_per_pod, f"{where}.cpu_per_pod"),
+                memory_mib=mib(spec.memory_gib_per_pod),
+                node_selector=dict(spec.node_selector),
+            )
+            for k in range(spec.pods)
+        )
+        runtime = round(spec.runtime_s * SECOND)
+        jobs.append(
+            SimJob(
+                at=round(spec.at_s * SECOND),
+                submitted=JobSubmitted(
+                    job=spec.name,
+                    queue=spec.queue,
+                    pods=pods,
+                    min_members=spec.min_members,
+                    priority_class=spec.priority_class,
+                    preemptible=spec.preemptible,
+                    expected_runtime_ms=(
+                        round(spec.expected_runtime_s * SECOND)
+                        if spec.expected_runtime_s is not None
+                        else None
+                    ),
+                    checkpoint_interval_ms=_ms(spec.checkpoint_interval_s),
+                ),
+                runtime_ms=max(1, runtime),
+            )
+        )
+    for gen in workload.generators:
+        # One stream per generator, seeded by (seed, name): adding a generator does not
+        # change the jobs the others produce. A str seed is hashed with SHA-512, not hash().
+        rng = random.Random(f"{workload.seed}:{gen.name}")
+        for number, at_s in enumerate(_arrivals(gen, workload.horizon_s, rng)):
+            name = f"{gen.name}-{number:05d}"
+            where = f"generator {gen.name}"
+            size = max(1, round(sample(gen.gang_size, rng)))
+            pod_gpu = gpu_milli(_gpu_value(sample(gen.gpus_per_pod, rng)), f"{where}.gpus")
+            runtime = max(1, round(sample(gen.runtime_s, rng) * SECOND))
+            pods = tuple(
+                PodSpec(
+                    name=f"{name}-{k}",
+                    gpu_milli=pod_gpu,
+                    cpu_milli=milli(gen.cpu_per_pod, f"{where}.cpu_per_pod"),
+                    memory_mib=mib(gen.memory_gib_per_pod),
+                    node_selector=dict(gen.node_selector),
+                )
+                for k in range(size)
+            )
+            jobs.append(
+                SimJob(
+                    at=round(at_s * SECOND),
+                    submitted=JobSubmitted(
+                        job=name,
+                        queue=gen.queue,
+                        pods=pods,
+                        priority_class=gen.priority_class,
+                        preemptible=gen.preemptible,
+                        expected_runtime_ms=runtime if gen.expected_runtime else None,
+                        checkpoint_interval_ms=_ms(gen.checkpoint_interval_s),
+                    ),
+                    runtime_ms=runtime,
+                )
+            )
+    names: dict[str, None] = {}
+    for job in jobs:
+        if job.submitted.job in names:
+            raise ConfigError(f"workload: duplicate job name {job.submitted.job!r}")
+        names[job.submitted.job] = None
+    jobs.sort(key=lambda j: (j.at, j.submitted.job))
+    return jobs
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * SECOND)
+
+
+def _gpu_value(drawn: float) -> float:
+    """A drawn GPU amount: fractions stay (to 1/1000), above one round to whole GPUs."""
+    if drawn > 1:
+        return float(round(drawn))
+    return round(drawn * MILLI) / MILLI
+
+
+@dataclass(slots=True)
+class SimResult:
+    """What a simulation did, in counts; the projections hold the details."""
+
+    policy: str
+    jobs: int
+    records: int
+    cycles: int
+    end_ms: int
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+Progress = Callable[[int, int, int], None]
+"""progress(sim_time_ms, jobs_submitted_so_far, jobs_total)"""
+
+
+class Simulation:
+    """One run of a workload on a cluster under a policy, writing a ledger."""
+
+    def __init__(
+        self,
+        cluster: ClusterFile,
+        queues: QueuesFile,
+        workload: WorkloadFile,
+        policy: str,
+        writer: LedgerWriter | None = None,
+        *,
+        flush_every: int = 8192,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.policy = policy
+        self.cluster = cluster
+        self.queues = queues
+        self.jobs = expand(workload)
+        self.runtime = {j.submitted.job: j.runtime_ms for j in self.jobs}
+        self.engine = Engine(writer, flush_every=flush_every)
+        self.bind_ms = round(cluster.timing.bind_latency_s * SECOND)
+        self.startup_ms = round(cluster.timing.startup_s * SECOND)
+        self._heap: list[tuple[int, int, Event, int]] = []
+        self._seq = 0
+        self._bound: dict[str, dict[str, None]] = {}
+        self._started: dict[str, int] = {}
+        self._finishing: dict[str, int] = {}
+        self._nodes_of: dict[str, dict[str, str]] = {}
+        self.cycles = 0
+
+    def _push(self, at: int, event: Event, attempt: int = -1) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, event, attempt))
+
+    def run(self, progress: Progress | None = None, progress_every: int = 20_000) -> SimResult:
+        """Simulate until nothing more can happen; flush the ledger."""
+        engine = self.engine
+        setup: list[tuple[Event, int]] = [(PolicyConfigured(policy=self.policy), 0)]
+        setup += [(e, 0) for e in queue_events(self.queues)]
+        setup += [(e, 0) for e in node_events(self.cluster)]
+        for job in self.jobs:
+            self._push(job.at, job.submitted)
+        self._react(engine.step(setup, 0), 0)
+        self.cycles += 1
+        submitted = 0
+        total = len(self.jobs)
+        heap = self._heap
+        jobs = engine.state.jobs
+        now = 0
+        while heap:
+            now = heap[0][0]
+            batch: list[tuple[Event, int]] = []
+            while heap and heap[0][0] == now:
+                _, _, event, attempt = heapq.heappop(heap)
+                if attempt >= 0:
+                    job = jobs.get(getattr(event, "job", ""))
+                    if job is None or job.attempt != attempt:
+                        continue  # about an attempt that preemption already ended
+                if isinstance(event, JobSubmitted):
+                    submitted += 1
+                batch.append((event, now))
+            if not batch:
+                continue
+            decisions = engine.step(batch, now)
+            self.cycles += 1
+            self._after_inputs(batch, now)
+            self._react(decisions, now)
+            if progress is not None and self.cycles % progress_every == 0:
+                progress(now, submitted, total)
+        engine.flush()
+        if progress is not None:
+            progress(now, submitted, total)
+        statuses: dict[str, int] = {}
+        for job in jobs.values():
+            statuses[job.status] = statuses.get(job.status, 0) + 1
+        return SimResult(
+            policy=self.policy,
+            jobs=total,
+            records=engine.records,
+            cycles=self.cycles,
+            end_ms=now,
+            statuses=dict(sorted(statuses.items())),
+        )
+
+    def _react(self, decisions: list[Event], now: int) -> None:
+        """The binder's side of each decision."""
+        jobs = self.engine.state.jobs
+        for decision in decisions:
+            match decision:
+                case PodsAllocated(job=job_id, placements=placements):
+                    attempt = jobs[job_id].attempt
+                    nodes = self._nodes_of.setdefault(job_id, {})
+                    for placement in placements:
+                        nodes[placement.pod] = placement.node
+                        self._push(
+                            now + self.bind_ms,
+                            PodBound(job=job_id, pod=placement.pod, node=placement.node),
+                            attempt,
+                        )
+                case JobPreempted(job=job_id, pods=pods):
+                    nodes = self._nodes_of.pop(job_id, {})
+                    self._bound.pop(job_id, None)
+                    for pod in pods:
+                        self._push(
+                            now + self.bind_ms,
+                            PodEvicted(job=job_id, pod=pod, node=nodes.get(pod, "")),
+                        )
+                case _:
+                    pass
+
+    def _after_inputs(self, batch: list[tuple[Event, int]], now: int) -> None:
+        """The kubelet's side: start bound gangs, finish running ones."""
+        jobs = self.engine.state.jobs
+        for event, _ in batch:
+            match event:
+                case PodBound(job=job_id, pod=pod):
+                    job = jobs[job_id]
+                    bound = self._bound.setdefault(job_id, {})
+                    bound[pod] = None
+                    if (
+                        job.status in ACTIVE
+                        and self._started.get(job_id) != job.attempt
+                        and all(p in bound for p in job.placements)
+                    ):
+                        self._started[job_id] = job.attempt
+                        for placed in job.placements:
+                            self._push(
+                                now + self.startup_ms, PodStarted(job=job_id, pod=placed), job.attempt
+                            )
+                case PodStarted(job=job_id):
+                    job = jobs[job_id]
+                    if (
+                        job.status == RUNNING
+                        and job.started_at == now
+                        and self._finishing.get(job_id) != job.attempt
+                    ):
+                        self._finishing[job_id] = job.attempt
+                        remaining = max(1, self.runtime[job_id] - job.checkpointed_ms)
+                        for placed in job.placements:
+                            self._push(
+                                now + remaining, PodFinished(job=job_id, pod=placed), job.attempt
+                            )
+                case _:
+                    pass

@@ -1,0 +1,349 @@
+"""Folding one event into the state: ``apply(state, event, at)``.
+
+Inputs (facts) and decisions alike go through here, so a replay that re-runs the cycles
+rebuilds exactly the state the live scheduler had. Invalid inputs (an unknown job, a pod
+that is not placed) are ignored here — validation that rejects them with a reason happens
+at intake — so the fold never raises on a ledger it already accepted.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+
+from events.model import (
+    MILLI,
+    BindFailed,
+    CycleCompleted,
+    Event,
+    JobCancelled,
+    JobPreempted,
+    JobSubmitted,
+    JobUnschedulable,
+    NodeCordoned,
+    NodeRegistered,
+    NodeRemoved,
+    PodBound,
+    PodEvicted,
+    PodFinished,
+    PodPlacement,
+    PodsAllocated,
+    PodSpec,
+    PodStarted,
+    PolicyConfigured,
+    QueueConfigured,
+    QueueRemoved,
+    Tick,
+)
+from scheduler.core.placement import give_back, take
+from scheduler.core.state import (
+    ACTIVE,
+    ALLOCATED,
+    CANCELLED,
+    FAILED,
+    NON_PREEMPTIBLE_FROM,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL,
+    UNSCHEDULABLE,
+    Job,
+    Queue,
+    State,
+    node_from_capacity,
+    priority_of,
+)
+
+
+def apply(state: State, event: Event, at: int) -> State:
+    """Fold ``event`` (stamped ``at`` ms) into ``state``; returns the same state object."""
+    state.now = max(state.now, at)
+    match event:
+        case JobSubmitted():
+            _job_submitted(state, event, at)
+        case PodStarted(job=job_id, pod=pod):
+            job = state.jobs.get(job_id)
+            if job is not None and pod in job.placements and pod not in job.started:
+                job.started[pod] = at
+                if job.status == ALLOCATED and len(job.started) >= _required(job):
+                    job.status = RUNNING
+                    job.started_at = at
+        case PodFinished(job=job_id, pod=pod, succeeded=ok):
+            _pod_finished(state, job_id, pod, ok)
+        case PodsAllocated(job=job_id, placements=placements):
+            job = state.jobs.get(job_id)
+            if job is not None and job.status not in TERMINAL:
+                _allocate(state, job, placements)
+        case JobPreempted(job=job_id, checkpointed_ms=kept):
+            job = state.jobs.get(job_id)
+            if job is not None and job.status in ACTIVE:
+                _release(state, job)
+                job.checkpointed_ms += kept
+                job.preemptions += 1
+                _requeue(state, job)
+        case JobUnschedulable(job=job_id, reason=reason, final=final):
+            job = state.jobs.get(job_id)
+            if job is not None and job.status == PENDING:
+                job.reason = reason
+                if final:
+                    state.remove_pending(job)
+                    job.status = UNSCHEDULABLE
+        case JobCancelled(job=job_id):
+            job = state.jobs.get(job_id)
+            if job is not None and job.status not in TERMINAL:
+                if job.status == PENDING:
+                    state.remove_pending(job)
+                _release(state, job)
+                job.status = CANCELLED
+        case BindFailed(job=job_id):
+            # All-or-nothing: a gang with a pod that failed to bind goes back whole.
+            job = state.jobs.get(job_id)
+            if job is not None and job.status in ACTIVE:
+                _release(state, job)
+                _requeue(state, job)
+        case NodeRegistered():
+            _node_registered(state, event)
+        case NodeRemoved(node=name):
+            _node_removed(state, name)
+        case NodeCordoned(node=name, cordoned=cordoned):
+            node = state.nodes.get(name)
+            if node is not None:
+                node.cordoned = cordoned
+                state.dirty = True
+        case QueueConfigured():
+            _queue_configured(state, event)
+        case QueueRemoved(queue=name):
+            _queue_removed(state, name)
+        case PolicyConfigured(policy=policy, reclaim=reclaim, preempt=preempt):
+            state.policy = policy
+            state.reclaim = reclaim
+            state.preempt = preempt
+            state.dirty = True
+        case Tick() | CycleCompleted() | PodBound() | PodEvicted():
+            pass
+        case _:
+            pass
+    return state
+
+
+def _required(job: Job) -> int:
+    return job.min_members or len(job.pods)
+
+
+def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
+    if event.job in state.jobs:
+        return  # idempotent by job id: a re-delivered submission changes nothing
+    priority = priority_of(event.priority_class)
+    preemptible = (
+        event.preemptible if event.preemptible is not None else priority < NON_PREEMPTIBLE_FROM
+    )
+    state.seq += 1
+    job = Job(
+        job=event.job,
+        queue=event.queue,
+        pods=event.pods,
+        min_members=min(event.min_members, len(event.pods)),
+        priority=priority,
+        priority_class=event.priority_class,
+        preemptible=preemptible,
+        submitted_at=at,
+        seq=state.seq,
+        expected_runtime_ms=event.expected_runtime_ms,
+        checkpoint_interval_ms=event.checkpoint_interval_ms,
+    )
+    state.jobs[job.job] = job
+    state.add_pending(job)
+    state.fresh.append(job.job)
+    state.dirty = True
+
+
+def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...]) -> None:
+    specs = {p.name: p for p in job.pods}
+    chain = state.ancestors(job.queue)
+    for placement in placements:
+        spec = specs.get(placement.pod)
+        node = state.nodes.get(placement.node)
+        if spec is None or node is None or placement.pod in job.placements:
+            continue
+        take(node, job.job, spec, placement.gpus)
+        job.placements[placement.pod] = placement
+        if chain:
+            chain[0].active[job.job] = None
+        gpu = sum(slot.milli for slot in placement.gpus)
+        for queue in chain:
+            _add(queue, gpu, spec.cpu_milli, spec.memory_mib)
+    # Without gangs (fifo) a job counts as allocated only once every pod is placed.
+    required = len(job.pods) if state.policy == "fifo" else _required(job)
+    if job.status == PENDING and len(job.placements) >= required:
+        state.remove_pending(job)
+        job.status = ALLOCATED
+        job.reason = ""
+
+
+def _add(queue: Queue, gpu: int, cpu: int, memory: int) -> None:
+    alloc = queue.allocated
+    alloc[0] += gpu
+    alloc[1] += cpu
+    alloc[2] += memory
+
+
+def _release(state: State, job: Job) -> None:
+    """Give back every placed pod of the job (not yet finished ones)."""
+    if not job.placements:
+        return
+    specs = {p.name: p for p in job.pods}
+    chain = state.ancestors(job.queue)
+    for placement in job.placements.values():
+        if placement.pod in job.finished:
+            continue
+        _release_pod(state, job, specs[placement.pod], placement, chain)
+    job.placements = {}
+    if chain:
+        chain[0].active.pop(job.job, None)
+    job.started = {}
+    job.finished = {}
+    job.started_at = None
+    state.dirty = True
+
+
+def _release_pod(
+    state: State, job: Job, spec: PodSpec, placement: PodPlacement, chain: list[Queue]
+) -> None:
+    node = state.nodes.get(placement.node)
+    if node is not None and node.pods.get(spec.name) == job.job:
+        give_back(node, spec, placement.gpus)
+    gpu = sum(slot.milli for slot in placement.gpus)
+    for queue in chain:
+        _add(queue, -gpu, -spec.cpu_milli, -spec.memory_mib)
+
+
+def _requeue(state: State, job: Job) -> None:
+    job.status = PENDING
+    job.attempt += 1
+    state.add_pending(job)
+    state.dirty = True
+
+
+def _pod_finished(state: State, job_id: str, pod: str, ok: bool) -> None:
+    job = state.jobs.get(job_id)
+    if job is None or pod not in job.placements or pod in job.finished:
+        return
+    specs = {p.name: p for p in job.pods}
+    _release_pod(state, job, specs[pod], job.placements[pod], state.ancestors(job.queue))
+    job.finished[pod] = ok
+    state.dirty = True
+    if len(job.finished) == len(job.placements):
+        job.status = SUCCEEDED if all(job.finished.values()) else FAILED
+        queue = state.queues.get(job.queue)
+        if queue is not None:
+            queue.active.pop(job.job, None)
+
+
+def _node_registered(state: State, event: NodeRegistered) -> None:
+    old = state.nodes.get(event.node)
+    node = node_from_capacity(
+        event.node,
+        event.gpus,
+        event.cpu_milli,
+        event.memory_mib,
+        event.labels,
+        event.gpu_model,
+        event.gpu_memory_mib,
+    )
+    state.nodes[event.node] = node
+    if old is not None:
+        node.cordoned = old.cordoned
+        # Re-announcing a node keeps its pods: charge them against the new capacity.
+        for pod_name, job_id in old.pods.items():
+            job = state.jobs.get(job_id)
+            if job is None or pod_name not in job.placements:
+                continue
+            spec = next(p for p in job.pods if p.name == pod_name)
+            slots = tuple(s for s in job.placements[pod_name].gpus if s.device < node.gpus)
+            take(node, job_id, spec, slots)
+    state.dirty = True
+
+
+def _node_removed(state: State, name: str) -> None:
+    node = state.nodes.get(name)
+    if node is None:
+        return
+    # The jobs with pods on a vanished node lose them; a gang cannot run short, so the
+    # whole job goes back to pending (its lost work is not a preemption by the policy).
+    victims = list(dict.fromkeys(node.pods.values()))
+    for job_id in victims:
+        job = state.jobs.get(job_id)
+        if job is None:
+            continue
+        if job.status in ACTIVE:
+            _release(state, job)
+            _requeue(state, job)
+        elif job.status == PENDING:
+            _release(state, job)  # a half-placed pod under fifo simply waits again
+    del state.nodes[name]
+    state.dirty = True
+
+
+def _queue_configured(state: State, event: QueueConfigured) -> None:
+    old = state.queues.get(event.queue)
+    queue = Queue(
+        name=event.queue,
+        parent=event.parent,
+        deserved=event.deserved,
+        deserved_gpu_percent=event.deserved_gpu_percent,
+        over_quota_weight=event.over_quota_weight,
+        limit=event.limit,
+        priority=event.priority,
+    )
+    if old is not None:
+        queue.children = old.children
+        queue.allocated = old.allocated
+        queue.pending = old.pending
+        if old.parent != event.parent and old.parent in state.queues:
+            siblings = state.queues[old.parent].children
+            if event.queue in siblings:
+                siblings.remove(event.queue)
+    state.queues[event.queue] = queue
+    if event.parent in state.queues:
+        siblings = state.queues[event.parent].children
+        if event.queue not in siblings:
+            siblings.append(event.queue)
+            siblings.sort()
+    # Children configured before their parent attach now.
+    for other in state.queues.values():
+        if other.parent == event.queue and other.name not in queue.children:
+            queue.children.append(other.name)
+    queue.children.sort()
+    if old is None:
+        # Jobs submitted before their queue existed join its pending order now.
+        for job in state.jobs.values():
+            if job.queue == event.queue and job.status == PENDING:
+                insort(queue.pending, job.pending_key)
+    state.dirty = True
+
+
+def _queue_removed(state: State, name: str) -> None:
+    queue = state.queues.pop(name, None)
+    if queue is None:
+        return
+    # Its pending jobs are re-checked by the next cycle, which rejects them with a reason.
+    state.fresh.extend(job_id for _, _, job_id in queue.pending)
+    if queue.parent in state.queues:
+        siblings = state.queues[queue.parent].children
+        if name in siblings:
+            siblings.remove(name)
+    state.dirty = True
+
+
+def lost_work(job: Job, now: int) -> tuple[int, int]:
+    """(lost GPU-ms, checkpointed ms) if the job were evicted at ``now``.
+
+    Work since the last checkpoint is lost; GPU-weighted by the gang's GPUs. A job that is
+    not yet running has lost nothing.
+    """
+    if job.started_at is None or now <= job.started_at:
+        return (0, 0)
+    ran = now - job.started_at
+    interval = job.checkpoint_interval_ms
+    kept = (ran // interval) * interval if interval else 0
+    gpu_milli = sum(slot.milli for p in job.placements.values() for slot in p.gpus)
+    return ((ran - kept) * gpu_milli // MILLI, kept)

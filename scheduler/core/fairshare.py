@@ -1,0 +1,177 @@
+"""Hierarchical fair share, per resource, in exact integer arithmetic.
+
+At every level of the queue tree, siblings divide what their parent got:
+
+1. each child first gets its deserved quota, capped by what it asks for (allocated plus
+   pending requests in its subtree) and by its limit;
+2. the remainder goes to children that still want more, highest queue priority first,
+   and within one priority by iterative water-filling in proportion to over-quota weight
+   (a child whose want is met drops out and its unused portion is divided again);
+3. each child's fair share is then divided among its own children the same way.
+
+Integer division leaves a few units over; they go one at a time by weight, then name, so
+the result is exact and identical on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.core.state import UNLIMITED, Queue, State
+
+RESOURCES = 3  # gpu_milli, cpu_milli, memory_mib
+
+
+def capacity(state: State) -> list[int]:
+    """Total resources of the nodes that take pods (not cordoned)."""
+    total = [0, 0, 0]
+    for node in state.nodes.values():
+        if node.cordoned:
+            continue
+        total[0] += node.gpus * 1000
+        total[1] += node.cpu_milli
+        total[2] += node.memory_mib
+    return total
+
+
+def demands(state: State) -> dict[str, list[int]]:
+    """Per queue (inner ones included): allocated plus pending requests of its subtree."""
+    result: dict[str, list[int]] = {name: list(q.allocated) for name, q in state.queues.items()}
+    jobs = state.jobs
+    for leaf in state.queues.values():
+        if not leaf.pending:
+            continue
+        want = [0, 0, 0]
+        for _, _, job_id in leaf.pending:
+            gpu, cpu, memory = jobs[job_id].request
+            want[0] += gpu
+            want[1] += cpu
+            want[2] += memory
+        for queue in state.ancestors(leaf.name):
+            row = result[queue.name]
+            row[0] += want[0]
+            row[1] += want[1]
+            row[2] += want[2]
+    return result
+
+
+def roots(state: State) -> list[Queue]:
+    """Top-level queues (no parent, or a parent not configured), by name."""
+    return [
+        state.queues[n]
+        for n in sorted(state.queues)
+        if not state.queues[n].parent or state.queues[n].parent not in state.queues
+    ]
+
+
+def deserved_of(queue: Queue, resource: int, parent_deserved: int) -> int:
+    """A queue's deserved amount of one resource (a GPU percentage resolves here)."""
+    if resource == 0 and queue.deserved_gpu_percent is not None:
+        return max(0, parent_deserved) * queue.deserved_gpu_percent // 100
+    value = (queue.deserved.gpu_milli, queue.deserved.cpu_milli, queue.deserved.memory_mib)[
+        resource
+    ]
+    return max(0, value)
+
+
+def limit_of(queue: Queue, resource: int) -> int:
+    """A queue's limit of one resource, or UNLIMITED."""
+    return (queue.limit.gpu_milli, queue.limit.cpu_milli, queue.limit.memory_mib)[resource]
+
+
+@dataclass(slots=True)
+class Shares:
+    """The division of one cycle: per queue, ``[gpu_milli, cpu_milli, memory_mib]``."""
+
+    fair: dict[str, list[int]]
+    deserved: dict[str, list[int]]
+    demand: dict[str, list[int]]
+
+
+def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Shares:
+    """Fair share (and resolved deserved quota) of every queue for every resource."""
+    if demand is None:
+        demand = demands(state)
+    total = capacity(state)
+    shares: dict[str, list[int]] = {name: [0, 0, 0] for name in state.queues}
+    deserved: dict[str, list[int]] = {name: [0, 0, 0] for name in state.queues}
+    top = roots(state)
+    for resource in range(RESOURCES):
+        _divide(state, top, total[resource], total[resource], resource, demand, shares, deserved)
+    return Shares(fair=shares, deserved=deserved, demand=demand)
+
+
+def _divide(
+    state: State,
+    children: list[Queue],
+    amount: int,
+    parent_deserved: int,
+    resource: int,
+    demand: dict[str, list[int]],
+    shares: dict[str, list[int]],
+    deserved: dict[str, list[int]],
+) -> None:
+    if not children:
+        return
+    caps: dict[str, int] = {}
+    given: dict[str, int] = {}
+    order = sorted(children, key=lambda q: (-q.priority, q.name))
+    left = amount
+    for queue in order:
+        want = demand.get(queue.name, [0, 0, 0])[resource]
+        limit = limit_of(queue, resource)
+        cap = want if limit == UNLIMITED or limit < 0 else min(want, limit)
+        caps[queue.name] = cap
+        own = deserved_of(queue, resource, parent_deserved)
+        deserved[queue.name][resource] = own
+        first = min(own, cap, left)
+        given[queue.name] = first
+        left -= first
+    # Over-quota: priority buckets, highest first; water-fill by weight inside each.
+    priorities = sorted({q.priority for q in order}, reverse=True)
+    for priority in priorities:
+        if left <= 0:
+            break
+        bucket = [q for q in order if q.priority == priority]
+        left = _water_fill(left, bucket, caps, given)
+    for queue in order:
+        share = given[queue.name]
+        shares[queue.name][resource] = share
+        if queue.children:
+            kids = [state.queues[c] for c in queue.children if c in state.queues]
+            _divide(
+                state,
+                kids,
+                share,
+                deserved[queue.name][resource],
+                resource,
+                demand,
+                shares,
+                deserved,
+            )
+
+
+def _water_fill(
+    amount: int, bucket: list[Queue], caps: dict[str, int], given: dict[str, int]
+) -> int:
+    """Divide ``amount`` among the bucket by over-quota weight up to each cap; return rest."""
+    active = [q for q in bucket if q.over_quota_weight > 0 and given[q.name] < caps[q.name]]
+    while amount > 0 and active:
+        total_weight = sum(q.over_quota_weight for q in active)
+        round_amount = amount
+        progressed = 0
+        for queue in active:
+            portion = round_amount * queue.over_quota_weight // total_weight
+            grant = min(portion, caps[queue.name] - given[queue.name])
+            given[queue.name] += grant
+            progressed += grant
+        amount -= progressed
+        if progressed == 0:
+            # Rounding left less than one unit per weight: hand out single units.
+            for queue in sorted(active, key=lambda q: (-q.over_quota_weight, q.name)):
+                if amount == 0:
+                    break
+                given[queue.name] += 1
+                amount -= 1
+        active = [q for q in active if given[q.name] < caps[q.name]]
+    return amount

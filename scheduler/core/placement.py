@@ -1,0 +1,201 @@
+"""Placing pods on nodes, tentatively, through a statement that can roll back.
+
+A ``Statement`` is how an action tries things: it takes node capacity for pods and gives
+back the capacity of victims, each step recorded, so a gang either places whole or the
+statement rolls back to a checkpoint and leaves no trace. Committing does not mutate state
+itself: it returns the placements and victims, and the caller turns them into decision
+events that ``apply`` folds — the one way state changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
+from scheduler.core.state import Job, Node
+
+
+def selector_matches(node: Node, selector: dict[str, str]) -> bool:
+    """All selector labels present on the node with equal values."""
+    labels = node.labels
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def effective_gpu_milli(pod: PodSpec, fractional: bool) -> int:
+    """What the pod takes: a fraction rounds up to a whole device without fractional GPUs."""
+    if pod.gpu_milli and pod.gpu_milli < MILLI and not fractional:
+        return MILLI
+    return pod.gpu_milli
+
+
+def fits_capacity(node: Node, pod: PodSpec, gpu_milli: int) -> bool:
+    """Could this pod ever run on this node, empty? (capacity, not free space)."""
+    if node.cpu_milli and pod.cpu_milli > node.cpu_milli:
+        return False
+    if node.memory_mib and pod.memory_mib > node.memory_mib:
+        return False
+    if gpu_milli >= MILLI:
+        return gpu_milli // MILLI <= node.gpus
+    return gpu_milli == 0 or node.gpus > 0
+
+
+def choose_slots(node: Node, gpu_milli: int) -> tuple[GpuSlot, ...] | None:
+    """GPU slots for a pod on this node now, or None if its GPUs are not free.
+
+    Whole GPUs take the lowest-numbered entirely free devices. A fraction goes on the
+    device it fills best (least free space that still fits), so shared devices fill up
+    before fresh ones are broken into.
+    """
+    if gpu_milli == 0:
+        return ()
+    free = node.free_devices
+    if gpu_milli >= MILLI:
+        want = gpu_milli // MILLI
+        chosen: list[GpuSlot] = []
+        for index, amount in enumerate(free):
+            if amount == MILLI:
+                chosen.append(GpuSlot(index, MILLI))
+                if len(chosen) == want:
+                    return tuple(chosen)
+        return None
+    best = -1
+    best_free = MILLI + 1
+    for index, amount in enumerate(free):
+        if gpu_milli <= amount < best_free:
+            best, best_free = index, amount
+    if best < 0:
+        return None
+    return (GpuSlot(best, gpu_milli),)
+
+
+def pod_fits_now(node: Node, pod: PodSpec) -> bool:
+    """CPU, memory, selector and cordon checks (GPUs are checked by ``choose_slots``)."""
+    if node.cordoned:
+        return False
+    if node.cpu_milli and pod.cpu_milli > node.free_cpu:
+        return False
+    if node.memory_mib and pod.memory_mib > node.free_memory:
+        return False
+    return not pod.node_selector or selector_matches(node, pod.node_selector)
+
+
+def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
+    """Take a pod's resources on a node."""
+    for slot in slots:
+        node.free_devices[slot.device] -= slot.milli
+    node.free_cpu -= pod.cpu_milli
+    node.free_memory -= pod.memory_mib
+    node.pods[pod.name] = job
+
+
+def give_back(node: Node, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
+    """Release a pod's resources on a node."""
+    for slot in slots:
+        node.free_devices[slot.device] += slot.milli
+    node.free_cpu += pod.cpu_milli
+    node.free_memory += pod.memory_mib
+    node.pods.pop(pod.name, None)
+
+
+NodeScore = Callable[[Node, int], tuple[int, str]]
+"""Lower is better: (score, node name) so ties break by name."""
+
+
+def binpack_score(node: Node, gpu_milli: int) -> tuple[int, str]:
+    """Best fit: the node left with the least free GPU after placing (then by name)."""
+    return (node.free_gpu_milli - gpu_milli, node.name)
+
+
+def spread_score(node: Node, gpu_milli: int) -> tuple[int, str]:
+    """Least allocated first, like kube-scheduler's default NodeResourcesFit scoring."""
+    return (-(node.free_gpu_milli - gpu_milli), node.name)
+
+
+@dataclass(slots=True)
+class _Step:
+    node: Node
+    job: str
+    pod: PodSpec
+    slots: tuple[GpuSlot, ...]
+    taken: bool
+
+
+@dataclass(slots=True)
+class Statement:
+    """Tentative allocations and evictions over the nodes, with checkpoint and rollback."""
+
+    nodes: dict[str, Node]
+    fractional: bool = True
+    score: NodeScore = binpack_score
+    steps: list[_Step] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A point to roll back to."""
+        return (len(self.steps), len(self.evicted))
+
+    def rollback(self, point: tuple[int, int] = (0, 0)) -> None:
+        """Undo every step after ``point`` (everything by default)."""
+        keep_steps, keep_evicted = point
+        while len(self.steps) > keep_steps:
+            step = self.steps.pop()
+            if step.taken:
+                give_back(step.node, step.pod, step.slots)
+            else:
+                take(step.node, step.job, step.pod, step.slots)
+        del self.evicted[keep_evicted:]
+
+    def place(self, job: str, pod: PodSpec, candidates: Iterable[Node]) -> PodPlacement | None:
+        """Put one pod on the best candidate node now, or return None."""
+        gpu = effective_gpu_milli(pod, self.fractional)
+        best: Node | None = None
+        best_slots: tuple[GpuSlot, ...] = ()
+        best_score: tuple[int, str] | None = None
+        for node in candidates:
+            if not pod_fits_now(node, pod):
+                continue
+            slots = choose_slots(node, gpu)
+            if slots is None:
+                continue
+            score = self.score(node, gpu)
+            if best_score is None or score < best_score:
+                best, best_slots, best_score = node, slots, score
+        if best is None:
+            return None
+        take(best, job, pod, best_slots)
+        self.steps.append(_Step(best, job, pod, best_slots, taken=True))
+        return PodPlacement(pod=pod.name, node=best.name, gpus=best_slots)
+
+    def place_gang(self, job: Job, required: int) -> list[PodPlacement] | None:
+        """Place ``required`` pods all-or-nothing, then any extra members that fit."""
+        point = self.checkpoint()
+        nodes = list(self.nodes.values())
+        placed: list[PodPlacement] = []
+        for index, pod in enumerate(job.pods):
+            if pod.name in job.placements:
+                continue
+            placement = self.place(job.job, pod, nodes)
+            if placement is None:
+                if index < required:
+                    self.rollback(point)
+                    return None
+                continue
+            placed.append(placement)
+        return placed
+
+    def evict(self, job: Job) -> None:
+        """Tentatively release every pod of a running job."""
+        specs = {p.name: p for p in job.pods}
+        for placement in job.placements.values():
+            node = self.nodes.get(placement.node)
+            if node is None:
+                continue
+            spec = specs[placement.pod]
+            give_back(node, spec, placement.gpus)
+            self.steps.append(_Step(node, job.job, spec, placement.gpus, taken=False))
+        self.evicted.append(job.job)
+
+    def undo_all(self) -> None:
+        """Return the nodes to how they were before the statement (used before commit)."""
+        self.rollback((0, 0))

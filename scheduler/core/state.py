@@ -1,0 +1,229 @@
+"""The scheduler's state: what folding the ledger's events produces.
+
+Plain mutable classes with slots: the core folds hundreds of thousands of events per
+second, so it mutates in place rather than copying. Determinism comes from discipline, not
+immutability: containers are dicts (iterated in insertion order, which follows the ledger)
+or sorted lists, never sets of strings; every sort has a complete tie-breaker.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+
+from events.model import MILLI, PodPlacement, PodSpec, Resources
+
+PRIORITY_CLASSES: dict[str, int] = {
+    "train": 50,
+    "build-preemptible": 75,
+    "build": 100,
+    "inference": 125,
+}
+"""KAI-Scheduler's priority class names and values."""
+
+NON_PREEMPTIBLE_FROM = 100
+"""Jobs of priority classes at or above this are non-preemptible unless overridden."""
+
+UNLIMITED = -1
+
+# Job statuses. A preempted job returns to PENDING.
+PENDING = "pending"
+ALLOCATED = "allocated"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+UNSCHEDULABLE = "unschedulable"
+ACTIVE = (ALLOCATED, RUNNING)
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED, UNSCHEDULABLE)
+
+
+def priority_of(priority_class: str) -> int:
+    """Numeric priority of a class name; an integer string is taken as the value itself."""
+    if priority_class in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES[priority_class]
+    try:
+        return int(priority_class)
+    except ValueError:
+        return PRIORITY_CLASSES["train"]
+
+
+@dataclass(slots=True)
+class Node:
+    """A node's capacity and what is free on it now."""
+
+    name: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    labels: dict[str, str]
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    cordoned: bool = False
+    free_devices: list[int] = field(default_factory=list)
+    free_cpu: int = 0
+    free_memory: int = 0
+    pods: dict[str, str] = field(default_factory=dict)
+    """pod name -> job id, in placement order."""
+
+    @property
+    def free_gpu_milli(self) -> int:
+        """Free milli-GPUs summed over devices."""
+        return sum(self.free_devices)
+
+    def whole_free_devices(self) -> int:
+        """How many devices are entirely free."""
+        return sum(1 for d in self.free_devices if d == MILLI)
+
+
+@dataclass(slots=True)
+class Queue:
+    """A node of the queue tree (a leaf takes jobs; an inner queue divides its share)."""
+
+    name: str
+    parent: str
+    deserved: Resources
+    deserved_gpu_percent: int | None
+    over_quota_weight: int
+    limit: Resources
+    priority: int
+    children: list[str] = field(default_factory=list)
+    """Sorted child names."""
+    allocated: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """[gpu_milli, cpu_milli, memory_mib] allocated to this queue's subtree."""
+    pending: list[tuple[int, int, str]] = field(default_factory=list)
+    """Pending jobs of this (leaf) queue as sorted (-priority, seq, job id)."""
+    active: dict[str, None] = field(default_factory=dict)
+    """Jobs of this (leaf) queue holding resources, in allocation order."""
+
+
+@dataclass(slots=True)
+class Job:
+    """A gang and its lifecycle."""
+
+    job: str
+    queue: str
+    pods: tuple[PodSpec, ...]
+    min_members: int
+    priority: int
+    priority_class: str
+    preemptible: bool
+    submitted_at: int
+    seq: int
+    expected_runtime_ms: int | None = None
+    checkpoint_interval_ms: int | None = None
+    status: str = PENDING
+    placements: dict[str, PodPlacement] = field(default_factory=dict)
+    started: dict[str, int] = field(default_factory=dict)
+    """pod -> start time, in the current attempt."""
+    finished: dict[str, bool] = field(default_factory=dict)
+    """pod -> succeeded, in the current attempt."""
+    started_at: int | None = None
+    """When the gang began running in the current attempt."""
+    attempt: int = 0
+    checkpointed_ms: int = 0
+    """Progress kept from earlier attempts (by checkpoints)."""
+    preemptions: int = 0
+    reason: str = ""
+    """The last non-final unschedulable reason recorded."""
+
+    @property
+    def request(self) -> tuple[int, int, int]:
+        """Total [gpu_milli, cpu_milli, memory_mib] over all pods."""
+        return (
+            sum(p.gpu_milli for p in self.pods),
+            sum(p.cpu_milli for p in self.pods),
+            sum(p.memory_mib for p in self.pods),
+        )
+
+    @property
+    def pending_key(self) -> tuple[int, int, str]:
+        """Order inside a queue: priority, then age (submission sequence), then id."""
+        return (-self.priority, self.seq, self.job)
+
+
+@dataclass(slots=True)
+class State:
+    """Everything the policy needs, folded from the ledger."""
+
+    now: int = 0
+    policy: str = "gpuledger"
+    reclaim: bool = True
+    preempt: bool = True
+    nodes: dict[str, Node] = field(default_factory=dict)
+    queues: dict[str, Queue] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    seq: int = 0
+    pending: list[tuple[int, int, str]] = field(default_factory=list)
+    """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""
+    fresh: list[str] = field(default_factory=list)
+    """Jobs submitted since the last cycle, to be checked for 'can never fit'."""
+    dirty: bool = True
+    """Something changed that could let a pending job start; a clean cycle is a no-op."""
+
+    def add_pending(self, job: Job) -> None:
+        """Put a job in its queue's pending order (creating no queue)."""
+        key = job.pending_key
+        insort(self.pending, key)
+        queue = self.queues.get(job.queue)
+        if queue is not None:
+            insort(queue.pending, key)
+
+    def remove_pending(self, job: Job) -> None:
+        """Take a job out of the pending orders, where it is there."""
+        key = job.pending_key
+        _remove_sorted(self.pending, key)
+        queue = self.queues.get(job.queue)
+        if queue is not None:
+            _remove_sorted(queue.pending, key)
+
+    def ancestors(self, queue: str) -> list[Queue]:
+        """The queue itself and its ancestors, leaf first (stops at a missing parent)."""
+        chain: list[Queue] = []
+        name = queue
+        seen = 0
+        while name and name in self.queues and seen <= len(self.queues):
+            q = self.queues[name]
+            chain.append(q)
+            name = q.parent
+            seen += 1
+        return chain
+
+    def leaf_queues(self) -> list[Queue]:
+        """Queues with no children, by name."""
+        return [self.queues[n] for n in sorted(self.queues) if not self.queues[n].children]
+
+    def queue_path(self, queue: str) -> str:
+        """``root/child/leaf`` for a queue."""
+        return "/".join(q.name for q in reversed(self.ancestors(queue)))
+
+
+def _remove_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> None:
+    """Remove ``key`` from a sorted list of unique keys, if present."""
+    index = bisect_left(items, key)
+    if index < len(items) and items[index] == key:
+        del items[index]
+
+
+def node_from_capacity(
+    name: str,
+    gpus: int,
+    cpu_milli: int,
+    memory_mib: int,
+    labels: dict[str, str],
+    gpu_model: str = "",
+    gpu_memory_mib: int = 0,
+) -> Node:
+    """A node with everything free."""
+    return Node(
+        name=name,
+        gpus=gpus,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        labels=dict(labels),
+        gpu_model=gpu_model,
+        gpu_memory_mib=gpu_memory_mib,
+        free_devices=[MILLI] * gpus,
+        free_cpu=cpu_milli,
+        free_memory=memory_mib,
+    )
