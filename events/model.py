@@ -20,7 +20,7 @@ MILLI = 1000
 """One whole GPU in milli-GPUs."""
 
 
-class Resources(msgspec.Struct, frozen=True, omit_defaults=True):
+class Resources(msgspec.Struct, frozen=True):
     """An amount of the three scheduled resources."""
 
     gpu_milli: int = 0
@@ -28,7 +28,7 @@ class Resources(msgspec.Struct, frozen=True, omit_defaults=True):
     memory_mib: int = 0
 
 
-class PodSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+class PodSpec(msgspec.Struct, frozen=True):
     """One member of a gang.
 
     ``gpu_milli`` is either a multiple of 1000 (whole devices) or below 1000 (a fraction of
@@ -49,7 +49,7 @@ class GpuSlot(msgspec.Struct, frozen=True, array_like=True):
     milli: int
 
 
-class PodPlacement(msgspec.Struct, frozen=True, omit_defaults=True):
+class PodPlacement(msgspec.Struct, frozen=True):
     """Where one pod of a gang goes."""
 
     pod: str
@@ -57,7 +57,7 @@ class PodPlacement(msgspec.Struct, frozen=True, omit_defaults=True):
     gpus: tuple[GpuSlot, ...] = ()
 
 
-class Event(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True, kw_only=True):
+class Event(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
     """Base of the closed union; never instantiated itself."""
 
 
