@@ -34,14 +34,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-import msgspec
-
 from events.codec import (
     DecodeError,
     Envelope,
     UnknownEventType,
     decode_envelope,
     decode_event,
+    encode_envelope,
     from_json_line,
     to_json_line,
 )
@@ -338,7 +337,6 @@ class FileLedger:
         self._next = next_offset
         self._failed: str | None = None
         self._mutex = threading.Lock()
-        self._enc = msgspec.msgpack.Encoder()
 
     @classmethod
     def open(
@@ -462,7 +460,7 @@ class FileLedger:
             return first
 
     def _frame(self, envelopes: Sequence[Envelope], first: int) -> bytes:
-        encode = self._enc.encode
+        encode = encode_envelope
         pack = _FRAME.pack
         pack_offset = _OFFSET.pack
         crc32 = zlib.crc32
@@ -702,15 +700,17 @@ class LedgerDirReader:
                     idle_since = time.monotonic()
                     continue
                 nxt = self.path / segment_name(scan.expected)
-                if nxt.exists():
+                # An empty segment is never rolled over (and ``nxt`` would name itself).
+                if scan.expected > base and nxt.exists():
                     # The writer finished this segment before creating the next one, so
                     # whatever is left here must now be whole.
                     yield from _follow_chunk(f, scan, seg, start, final=False)
                     f.close()
                     seg = nxt
                     f = open(seg, "rb")  # noqa: SIM115
-                    _check_header(f.read(HEADER_SIZE), seg, scan.expected)
-                    scan = _Scan(HEADER_SIZE, scan.expected)
+                    base = scan.expected
+                    _check_header(f.read(HEADER_SIZE), seg, base)
+                    scan = _Scan(HEADER_SIZE, base)
                     continue
                 if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                     return

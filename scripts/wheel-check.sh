@@ -16,12 +16,12 @@ echo "$site" > "$(ls -d "$work"/venv/lib/python3.11/site-packages)/_deps.pth"
 cd "$work"
 "$work/venv/bin/gpuledger" --help >/dev/null
 "$work/venv/bin/python" - <<'PY'
-import importlib, pathlib
+import importlib, pathlib, sys
 import replay
 for name in ("events", "events.filelog", "scheduler.core", "scheduler.engine", "projections",
              "projections.projector", "replay.sim", "replay.verify", "replay.cli"):
     mod = importlib.import_module(name)
-    assert "site-packages" in (mod.__file__ or ""), f"{name} imported from {mod.__file__}"
+    assert (mod.__file__ or "").startswith(sys.prefix), f"{name} imported from {mod.__file__}"
 examples = pathlib.Path(replay.__file__).parent / "examples"
 assert (examples / "demo-workload.yaml").is_file(), "demo YAML files missing from the wheel"
 PY

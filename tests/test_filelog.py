@@ -336,7 +336,7 @@ def test_bit_flip_in_a_middle_segment(ledger: Path) -> None:
     flip(victim, start + FRAME_HEADER_SIZE + 3)
     bad_offset = int(victim.stem) + 1
 
-    seen = []
+    seen: list[tuple[int, Envelope]] = []
     with pytest.raises(LedgerCorrupt) as info:
         seen.extend(LedgerDirReader(ledger).read())
     # Everything before the damaged append was yielded intact; nothing of it or after it.
