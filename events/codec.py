@@ -39,14 +39,14 @@ class DecodeError(ValueError):
     """A record could not be decoded; the message names the offset and the field."""
 
 
-class UnknownEventType(DecodeError):
+class UnknownEventType(DecodeError):  # noqa: N818  # names what it is; still a DecodeError
     """The envelope is fine but this reader does not know its type."""
 
 
 _env_enc = msgspec.msgpack.Encoder()
 _env_dec = msgspec.msgpack.Decoder(Envelope)
-_event_dec: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)  # type: ignore[arg-type]  # a union of Structs is a valid msgspec type
-_json_event_dec: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]  # as above
+_event_dec: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
+_json_event_dec: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 _json_enc = msgspec.json.Encoder()
 
 

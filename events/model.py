@@ -64,7 +64,7 @@ class Event(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
 # --------------------------------------------------------------------------- cluster facts
 
 
-class NodeRegistered(Event, tag="node_registered"):
+class NodeRegistered(Event, frozen=True, tag="node_registered"):
     """A node joined (or re-announced itself, replacing its capacity and labels)."""
 
     node: str
@@ -76,20 +76,20 @@ class NodeRegistered(Event, tag="node_registered"):
     labels: dict[str, str] = {}
 
 
-class NodeRemoved(Event, tag="node_removed"):
+class NodeRemoved(Event, frozen=True, tag="node_removed"):
     """A node left the cluster; pods on it are lost."""
 
     node: str
 
 
-class NodeCordoned(Event, tag="node_cordoned"):
+class NodeCordoned(Event, frozen=True, tag="node_cordoned"):
     """A node stops (``cordoned=True``) or resumes taking new pods."""
 
     node: str
     cordoned: bool = True
 
 
-class QueueConfigured(Event, tag="queue_configured"):
+class QueueConfigured(Event, frozen=True, tag="queue_configured"):
     """A queue was created or its configuration replaced.
 
     ``deserved`` is the guaranteed quota; ``deserved_gpu_percent`` (0–100), when set,
@@ -106,7 +106,7 @@ class QueueConfigured(Event, tag="queue_configured"):
     priority: int = 0
 
 
-class QueueRemoved(Event, tag="queue_removed"):
+class QueueRemoved(Event, frozen=True, tag="queue_removed"):
     """A queue was deleted. Its pending jobs are rejected; running ones keep running."""
 
     queue: str
@@ -115,7 +115,7 @@ class QueueRemoved(Event, tag="queue_removed"):
 # --------------------------------------------------------------------------- job facts
 
 
-class JobSubmitted(Event, tag="job_submitted"):
+class JobSubmitted(Event, frozen=True, tag="job_submitted"):
     """A gang of pods was submitted to a queue.
 
     The gang is placed all-or-nothing on ``min_members`` pods (default: all of them).
@@ -132,20 +132,20 @@ class JobSubmitted(Event, tag="job_submitted"):
     checkpoint_interval_ms: int | None = None
 
 
-class JobCancelled(Event, tag="job_cancelled"):
+class JobCancelled(Event, frozen=True, tag="job_cancelled"):
     """The owner withdrew the job; its pods are released."""
 
     job: str
 
 
-class PodStarted(Event, tag="pod_started"):
+class PodStarted(Event, frozen=True, tag="pod_started"):
     """The kubelet reports the pod's containers running."""
 
     job: str
     pod: str
 
 
-class PodFinished(Event, tag="pod_finished"):
+class PodFinished(Event, frozen=True, tag="pod_finished"):
     """The pod exited."""
 
     job: str
@@ -153,11 +153,11 @@ class PodFinished(Event, tag="pod_finished"):
     succeeded: bool = True
 
 
-class Tick(Event, tag="tick"):
+class Tick(Event, frozen=True, tag="tick"):
     """Clock advance with no other news, so time-based rules run on an idle cluster."""
 
 
-class PolicyConfigured(Event, tag="policy_configured"):
+class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     """The scheduling policy in force from now on; recorded so a replay uses the same one.
 
     ``policy`` is ``gpuledger`` (hierarchical gang policy) or ``fifo`` (a model of the
@@ -173,7 +173,7 @@ class PolicyConfigured(Event, tag="policy_configured"):
 # --------------------------------------------------------------------------- decisions
 
 
-class PodsAllocated(Event, tag="pods_allocated"):
+class PodsAllocated(Event, frozen=True, tag="pods_allocated"):
     """The scheduler placed these pods of a job (a whole gang under the gang policy)."""
 
     job: str
@@ -181,7 +181,7 @@ class PodsAllocated(Event, tag="pods_allocated"):
     placements: tuple[PodPlacement, ...]
 
 
-class JobPreempted(Event, tag="job_preempted"):
+class JobPreempted(Event, frozen=True, tag="job_preempted"):
     """A running job was evicted to make room for ``preemptor``.
 
     ``rule`` is ``reclaim`` (across queues, to restore a fair share) or ``preempt`` (within
@@ -199,7 +199,7 @@ class JobPreempted(Event, tag="job_preempted"):
     checkpointed_ms: int = 0
 
 
-class JobUnschedulable(Event, tag="job_unschedulable"):
+class JobUnschedulable(Event, frozen=True, tag="job_unschedulable"):
     """The job cannot be placed now, with a reason a person can act on.
 
     ``final`` means it can never fit this cluster as it stands (more GPUs than any node
@@ -213,7 +213,7 @@ class JobUnschedulable(Event, tag="job_unschedulable"):
     final: bool = False
 
 
-class CycleCompleted(Event, tag="cycle_completed"):
+class CycleCompleted(Event, frozen=True, tag="cycle_completed"):
     """A scheduling cycle ran over the inputs before it and made ``decisions`` decisions.
 
     It marks the cycle boundary in the ledger, which replay needs to re-run the same cycles.
@@ -225,7 +225,7 @@ class CycleCompleted(Event, tag="cycle_completed"):
 # --------------------------------------------------------------------------- binder outcomes
 
 
-class PodBound(Event, tag="pod_bound"):
+class PodBound(Event, frozen=True, tag="pod_bound"):
     """The binder bound the pod to its node."""
 
     job: str
@@ -233,7 +233,7 @@ class PodBound(Event, tag="pod_bound"):
     node: str
 
 
-class BindFailed(Event, tag="bind_failed"):
+class BindFailed(Event, frozen=True, tag="bind_failed"):
     """The binder could not bind the pod; its allocation is released."""
 
     job: str
@@ -242,7 +242,7 @@ class BindFailed(Event, tag="bind_failed"):
     reason: str
 
 
-class PodEvicted(Event, tag="pod_evicted"):
+class PodEvicted(Event, frozen=True, tag="pod_evicted"):
     """The binder evicted the pod after a preemption."""
 
     job: str
@@ -328,19 +328,20 @@ def event_key(event: Event) -> str:
 
 
 __all__ = [
-    "AnyEvent",
-    "BindFailed",
-    "CycleCompleted",
     "DECISION_TAGS",
     "DECISION_TYPES",
     "EVENT_TYPES",
+    "MILLI",
+    "TAGS",
+    "AnyEvent",
+    "BindFailed",
+    "CycleCompleted",
     "Event",
     "GpuSlot",
     "JobCancelled",
     "JobPreempted",
     "JobSubmitted",
     "JobUnschedulable",
-    "MILLI",
     "NodeCordoned",
     "NodeRegistered",
     "NodeRemoved",
@@ -355,7 +356,6 @@ __all__ = [
     "QueueConfigured",
     "QueueRemoved",
     "Resources",
-    "TAGS",
     "Tick",
     "event_key",
     "is_decision",

@@ -135,9 +135,10 @@ def _simulate(args: argparse.Namespace) -> int:
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
     print(f"ledger: {ledger}")
     if args.db:
+        from projections.report import render_table, tenant_report  # noqa: PLC0415
+
         from events.filelog import open_reader  # noqa: PLC0415
         from projections.projector import project  # noqa: PLC0415
-        from projections.report import render_table, tenant_report  # noqa: PLC0415
 
         project(open_reader(ledger), args.db, rebuild=True)
         rows = tenant_report(args.db)
@@ -162,8 +163,10 @@ def _replay(args: argparse.Namespace) -> int:
         f"decisions in {result.cycles} cycles) in {elapsed:.2f} s, {rate:,.0f} records/s"
     )
     if result.skipped:
-        print(f"skipped {len(result.skipped)} records of unknown types, first at offset "
-              f"{result.skipped[0]}")
+        print(
+            f"skipped {len(result.skipped)} records of unknown types, first at offset "
+            f"{result.skipped[0]}"
+        )
     if not args.verify:
         return 0
     if result.mismatch is None:
@@ -177,9 +180,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from projections.report import compare_reports  # noqa: PLC0415
+
     from events.filelog import open_reader  # noqa: PLC0415
     from projections.projector import project  # noqa: PLC0415
-    from projections.report import compare_reports  # noqa: PLC0415
 
     cluster, queues, workload = _load_inputs(
         str(EXAMPLES / "demo-cluster.yaml"),
@@ -216,7 +220,8 @@ def _demo(args: argparse.Namespace) -> int:
     print("Next:")
     print(f"  gpuledger replay --ledger {out / 'gpuledger' / 'ledger'} --verify")
     print(f"  gpuledger report --db {dbs['gpuledger']}")
-    print(f'  gpuledger sql --db {dbs["gpuledger"]} "SELECT * FROM tenant_percentiles"')
+    query = "SELECT * FROM tenant_percentiles"
+    print(f'  gpuledger sql --db {dbs["gpuledger"]} "{query}"')
     return 0
 
 

@@ -295,7 +295,8 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
         kid_sum = sum(k.deserved_gpus or 0 for k in kids)
         if spec.deserved_gpus is not None and kid_sum > spec.deserved_gpus:
             raise ConfigError(
-                f"queue {name}: children deserve {kid_sum:g} GPUs, more than its {spec.deserved_gpus:g}"
+                f"queue {name}: children deserve {kid_sum:g} GPUs, "
+                f"more than its {spec.deserved_gpus:g}"
             )
         pct = sum(k.deserved_percent or 0 for k in kids)
         if pct > 100:
@@ -330,7 +331,7 @@ def _queue_event(spec: QueueSpec) -> QueueConfigured:
             memory_mib=mib(spec.deserved_memory_gib),
         ),
         deserved_gpu_percent=(
-            None if spec.deserved_percent is None else int(round(spec.deserved_percent))
+            None if spec.deserved_percent is None else round(spec.deserved_percent)
         ),
         over_quota_weight=spec.over_quota_weight,
         limit=Resources(
@@ -345,4 +346,3 @@ def _queue_event(spec: QueueSpec) -> QueueConfigured:
 def kinds() -> dict[str, type[Any]]:
     """The file formats by name, for ``gpuledger schema``."""
     return {"cluster": ClusterFile, "queues": QueuesFile, "workload": WorkloadFile}
-

@@ -38,7 +38,6 @@ from replay.config import (
     Choice,
     ClusterFile,
     ConfigError,
-    Distribution,
     Exponential,
     Fixed,
     Generator,
@@ -264,8 +263,8 @@ class Simulation:
         setup: list[tuple[Event, int]] = [(PolicyConfigured(policy=self.policy), 0)]
         setup += [(e, 0) for e in queue_events(self.queues)]
         setup += [(e, 0) for e in node_events(self.cluster)]
-        for job in self.jobs:
-            self._push(job.at, job.submitted)
+        for sim_job in self.jobs:
+            self._push(sim_job.at, sim_job.submitted)
         self._react(engine.step(setup, 0), 0)
         self.cycles += 1
         submitted = 0
@@ -351,7 +350,9 @@ class Simulation:
                         self._started[job_id] = job.attempt
                         for placed in job.placements:
                             self._push(
-                                now + self.startup_ms, PodStarted(job=job_id, pod=placed), job.attempt
+                                now + self.startup_ms,
+                                PodStarted(job=job_id, pod=placed),
+                                job.attempt,
                             )
                 case PodStarted(job=job_id):
                     job = jobs[job_id]

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from events.codec import (
     DecodeError,
-    Envelope,
     UnknownEventType,
     decode_event,
     encode,
@@ -40,9 +39,7 @@ class Mismatch:
         """A unified diff of the two decisions as indented JSON."""
         a = _pretty(self.expected).splitlines()
         b = _pretty(self.produced).splitlines()
-        return "\n".join(
-            difflib.unified_diff(a, b, "ledger", "replay", lineterm="", n=2)
-        )
+        return "\n".join(difflib.unified_diff(a, b, "ledger", "replay", lineterm="", n=2))
 
 
 def _pretty(text: str) -> str:

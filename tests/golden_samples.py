@@ -80,7 +80,9 @@ SAMPLES: list[Event] = [
         job="finetune-42",
         queue="training",
         placements=(
-            PodPlacement(pod="finetune-42-0", node="gpu-07", gpus=(GpuSlot(0, 1000), GpuSlot(1, 1000))),
+            PodPlacement(
+                pod="finetune-42-0", node="gpu-07", gpus=(GpuSlot(0, 1000), GpuSlot(1, 1000))
+            ),
             PodPlacement(pod="finetune-42-1", node="gpu-03", gpus=(GpuSlot(5, 500),)),
         ),
     ),
@@ -102,6 +104,8 @@ SAMPLES: list[Event] = [
     ),
     CycleCompleted(decisions=3),
     PodBound(job="finetune-42", pod="finetune-42-0", node="gpu-07"),
-    BindFailed(job="finetune-42", pod="finetune-42-1", node="gpu-03", reason="node gpu-03 not found"),
+    BindFailed(
+        job="finetune-42", pod="finetune-42-1", node="gpu-03", reason="node gpu-03 not found"
+    ),
     PodEvicted(job="notebook-7", pod="notebook-7-0", node="gpu-07"),
 ]

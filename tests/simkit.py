@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from events.codec import Envelope, encode_envelope
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
-from replay.sim import Simulation, SimResult
+from replay.sim import SimResult, Simulation
 
 EXAMPLES = "replay/examples"
 

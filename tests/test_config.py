@@ -28,7 +28,11 @@ def test_node_groups_expand_to_named_nodes_in_exact_units() -> None:
     )
     events = node_events(cluster)
     assert [e.node for e in events] == ["a100-000", "a100-001"]
-    assert (events[0].cpu_milli, events[0].memory_mib, events[0].labels) == (95_500, 512, {"pool": "x"})
+    assert (events[0].cpu_milli, events[0].memory_mib, events[0].labels) == (
+        95_500,
+        512,
+        {"pool": "x"},
+    )
 
 
 def test_bad_field_is_named_with_file_and_path(tmp_path: Path) -> None:
@@ -76,7 +80,10 @@ def test_queue_tree_is_ordered_parents_first_and_validated() -> None:
             "queues:\n  - {name: p, deserved_gpus: 4}\n  - {name: c, parent: p, deserved_gpus: 6}\n",
             "children deserve 6 GPUs, more than its 4",
         ),
-        ("queues:\n  - {name: a, deserved_percent: 70}\n  - {name: b, deserved_percent: 40}\n", "adds up to 110"),
+        (
+            "queues:\n  - {name: a, deserved_percent: 70}\n  - {name: b, deserved_percent: 40}\n",
+            "adds up to 110",
+        ),
         ("queues:\n  - {name: a, deserved_gpus: 1, deserved_percent: 5}\n", "not both"),
         ("queues:\n  - {name: a, deserved_percent: 101}\n", "$.queues[0].deserved_percent"),
     ],
@@ -124,5 +131,21 @@ def test_json_schema_is_generated_for_each_format(kind: str) -> None:
 
 
 def test_built_in_examples_load() -> None:
-    for name, kind in (("cluster", ClusterFile), ("queues", QueuesFile), ("workload", WorkloadFile)):
+    for name, kind in (
+        ("cluster", ClusterFile),
+        ("queues", QueuesFile),
+        ("workload", WorkloadFile),
+    ):
         load(f"replay/examples/demo-{name}.yaml", kind)  # type: ignore[type-var]
+
+
+def test_documented_schemas_are_current() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_schemas", "scripts/gen_schemas.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    for kind in kinds():
+        path = Path("docs/schemas") / f"{kind}.schema.json"
+        assert path.read_text() == gen.render(kind), f"{path} is stale: run scripts/gen_schemas.py"

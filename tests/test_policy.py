@@ -119,7 +119,9 @@ def test_queue_limit_holds_work_back_with_a_reason() -> None:
 
 
 def test_parent_limit_applies_to_children() -> None:
-    w = World(node("n1"), queue("org", limit=4), queue("t1", parent="org"), queue("t2", parent="org"))
+    w = World(
+        node("n1"), queue("org", limit=4), queue("t1", parent="org"), queue("t2", parent="org")
+    )
     w.at(1, job("x", "t1", gpus=3))
     got = w.at(2, job("y", "t2", gpus=2))
     assert "queue 'org' is at its limit" in reasons(got)["y"][0]

@@ -8,6 +8,7 @@ quota; and the ledger replays with zero mismatches.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from events.model import (
     PodsAllocated,
     QueueConfigured,
 )
-from replay.config import ClusterFile, JobSpec, NodeGroup, QueueSpec, QueuesFile, WorkloadFile
+from replay.config import ClusterFile, JobSpec, NodeGroup, QueuesFile, QueueSpec, WorkloadFile
 from replay.verify import run as replay
 from tests.simkit import simulate
 
@@ -31,7 +32,9 @@ CLASSES = ["train", "build-preemptible", "build", "inference"]
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
     groups = [
-        NodeGroup(name=f"g{i}", count=draw(st.integers(1, 3)), gpus=draw(st.sampled_from([1, 2, 4, 8])))
+        NodeGroup(
+            name=f"g{i}", count=draw(st.integers(1, 3)), gpus=draw(st.sampled_from([1, 2, 4, 8]))
+        )
         for i in range(draw(st.integers(1, 3)))
     ]
     capacity = sum(g.count * g.gpus for g in groups)
@@ -135,7 +138,9 @@ def check_invariants(ledger_records: list, gang: bool) -> dict[str, int]:  # typ
                 for p in placements:
                     for slot in p.gpus:
                         free[p.node][slot.device] -= slot.milli
-                        assert free[p.node][slot.device] >= 0, f"{p.node} GPU {slot.device} over-committed"
+                        assert free[p.node][slot.device] >= 0, (
+                            f"{p.node} GPU {slot.device} over-committed"
+                        )
                     holding[j][p.pod] = (p.node, p.gpus)
                     for q in chain(spec.queue):
                         queue_gpu[q] += sum(s.milli for s in p.gpus)
@@ -193,20 +198,20 @@ def test_the_checker_catches_a_partial_gang() -> None:
         wrap(QueueConfigured(queue="a"), 0),
         wrap(
             JobSubmitted(
-                job="g", queue="a", pods=(PodSpec(name="p0", gpu_milli=1000), PodSpec(name="p1", gpu_milli=1000))
+                job="g",
+                queue="a",
+                pods=(PodSpec(name="p0", gpu_milli=1000), PodSpec(name="p1", gpu_milli=1000)),
             ),
             0,
         ),
         wrap(
             PodsAllocated(
-                job="g", queue="a", placements=(PodPlacement(pod="p0", node="n", gpus=(GpuSlot(0, 1000),)),)
+                job="g",
+                queue="a",
+                placements=(PodPlacement(pod="p0", node="n", gpus=(GpuSlot(0, 1000),)),),
             ),
             0,
         ),
     ]
-    try:
+    with pytest.raises(AssertionError, match="partially bound"):
         check_invariants(records, gang=True)
-    except AssertionError as exc:
-        assert "partially bound" in str(exc)
-    else:  # pragma: no cover
-        raise AssertionError("a partial gang went unnoticed")

@@ -69,9 +69,7 @@ def test_a_tampered_decision_is_reported_with_its_offset_and_a_diff() -> None:
     )
     original = decode_event(ledger.records[offset])
     assert isinstance(original, PodsAllocated)
-    moved = msgspec.structs.replace(
-        original.placements[0], node="elsewhere"
-    )
+    moved = msgspec.structs.replace(original.placements[0], node="elsewhere")
     forged = msgspec.structs.replace(original, placements=(moved, *original.placements[1:]))
     ledger.records[offset] = wrap(forged, ledger.records[offset].at)
     result = replay(ledger)

@@ -13,7 +13,10 @@ QUEUES = "queues:\n  - {name: a, deserved_gpus: 8}\n  - {name: b, deserved_gpus:
 
 def run(workload: str, policy: str = "gpuledger"):  # type: ignore[no-untyped-def]
     return simulate(
-        parse(CLUSTER, ClusterFile), parse(QUEUES, QueuesFile), parse(workload, WorkloadFile), policy
+        parse(CLUSTER, ClusterFile),
+        parse(QUEUES, QueuesFile),
+        parse(workload, WorkloadFile),
+        policy,
     )
 
 
@@ -22,7 +25,9 @@ def timeline(ledger) -> list[tuple[int, object]]:  # type: ignore[no-untyped-def
 
 
 def test_a_gang_starts_after_bind_and_startup_and_finishes_after_its_runtime() -> None:
-    _, ledger = run("jobs:\n  - {name: g, queue: a, at_s: 10, runtime_s: 100, pods: 2, gpus_per_pod: 8}\n")
+    _, ledger = run(
+        "jobs:\n  - {name: g, queue: a, at_s: 10, runtime_s: 100, pods: 2, gpus_per_pod: 8}\n"
+    )
     events = timeline(ledger)
     starts = [at for at, e in events if isinstance(e, PodStarted)]
     ends = [at for at, e in events if isinstance(e, PodFinished)]

@@ -444,6 +444,4 @@ def _may_fit(pod: PodSpec, failed: list[tuple[int, int, int]]) -> bool:
     resource as one that did not fit cannot fit either.
     """
     gpu = effective_gpu_milli(pod, False)
-    return not any(
-        gpu >= g and pod.cpu_milli >= c and pod.memory_mib >= m for g, c, m in failed
-    )
+    return not any(gpu >= g and pod.cpu_milli >= c and pod.memory_mib >= m for g, c, m in failed)
