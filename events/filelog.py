@@ -191,11 +191,12 @@ def _frame_at(buf: bytes, pos: int, n: int) -> tuple[int, int, int] | None:
 def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
     """Position of an intact batch-ending record after ``bad``, or None.
 
-    Only one append is ever in flight, and it is fsynced before the next one starts, so
-    only its own records can be missing or torn. A crash cut an append short, so the
-    in-flight append cannot have left its final record behind a hole, while an acknowledged
-    append always ends with one: a surviving batch end past a bad frame means the bad
-    frame is damaged acknowledged data (corruption), not a torn write.
+    Only one append is ever in flight (each is fsynced before the next starts), and a
+    process crash leaves a *prefix* of its bytes: nothing intact follows a tear, and an
+    unfinished append has no batch end. So a batch end surviving past a bad frame means the
+    bad frame is damaged data of a finished, almost surely acknowledged append: corruption,
+    which must not be truncated away. (Only a power loss that persisted the in-flight
+    append's pages out of order can fake this; refusing is then the safe mistake.)
     """
     n = len(buf)
     k = expected + 1
@@ -378,7 +379,7 @@ class FileLedger:
         if not bases:
             if not create:
                 raise LedgerError(f"{root}: not a ledger directory (no segment files)")
-            _create_segment(root, 0)
+            os.close(_create_segment(root, 0))
             bases = [0]
         base = bases[-1]
         if len(bases) > 1:

@@ -1,0 +1,211 @@
+"""``gpuledger log``: cat, tail, verify, export, import."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from events.codec import Envelope, wrap
+from events.filelog import FileLedger, LedgerDirReader
+from events.model import NodeRegistered, PodStarted
+
+
+def _sibling_clis_exist() -> bool:
+    return all(importlib.util.find_spec(m) for m in ("projections.cli", "replay.cli"))
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run ``gpuledger ARGV``: the real entry point once every package's CLI exists.
+
+    Until then, a parser with just ``events.cli`` and the same error handling as
+    ``scheduler.cli.main``.
+    """
+    from scheduler.cli import CliError, main
+
+    if _sibling_clis_exist():
+        return main(list(argv))
+    from events import cli as events_cli
+
+    parser = argparse.ArgumentParser(prog="gpuledger")
+    sub = parser.add_subparsers(dest="command", required=True)
+    events_cli.register(sub)
+    args = parser.parse_args(list(argv))
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        print(f"gpuledger: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+def env(i: int) -> Envelope:
+    if i % 3 == 0:
+        return wrap(NodeRegistered(node=f"n{i}", gpus=8), at=i)
+    return wrap(PodStarted(job=f"job-{i}", pod=f"pod-{i}"), at=i)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger"
+    with FileLedger.open(path, segment_bytes=500) as w:
+        for i in range(0, 30, 3):
+            w.append([env(j) for j in range(i, i + 3)])
+    return path
+
+
+def rows(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_cat(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["log", "cat", str(ledger)]) == 0
+    out = rows(capsys.readouterr().out)
+    assert [r["offset"] for r in out] == list(range(30))
+    assert out[1] == {
+        "offset": 1,
+        "type": "pod_started",
+        "key": "job-1",
+        "at": 1,
+        "version": 1,
+        "payload": {"type": "pod_started", "job": "job-1", "pod": "pod-1"},
+    }
+
+    assert run(["log", "cat", str(ledger), "--from", "10", "--until", "20"]) == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == list(range(10, 20))
+
+    assert run(["log", "cat", str(ledger), "--type", "node_registered", "--until", "10"]) == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == [0, 3, 6, 9]
+
+    assert run(["log", "cat", str(ledger), "--type", "nope"]) == 2
+    assert "unknown event type nope" in capsys.readouterr().err
+
+
+def test_cat_reads_a_jsonl_export(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "x.jsonl"
+    assert run(["log", "export", str(ledger), "--out", str(export)]) == 0
+    assert "exported 30 records" in capsys.readouterr().err
+    assert run(["log", "cat", str(export), "--from", "28"]) == 0
+    assert capsys.readouterr().out.encode() == b"".join(export.read_bytes().splitlines(True)[28:])
+
+
+def test_cat_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["log", "cat", str(tmp_path / "missing")]) == 2
+    assert "missing: no such ledger directory" in capsys.readouterr().err
+
+
+def test_tail(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["log", "tail", str(ledger)]) == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == list(range(20, 30))
+    assert run(["log", "tail", str(ledger), "-n", "2"]) == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == [28, 29]
+    assert run(["log", "tail", str(ledger), "-n", "100"]) == 0
+    assert len(rows(capsys.readouterr().out)) == 30
+
+
+def test_tail_follow(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def produce() -> None:
+        time.sleep(0.2)
+        with FileLedger.open(ledger, segment_bytes=500) as w:
+            for i in range(30, 40):
+                w.append([env(i)])
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    code = run(["log", "tail", str(ledger), "-n", "1", "-f", "--idle-timeout", "1.5"])
+    thread.join()
+    assert code == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == list(range(29, 40))
+
+
+def test_verify(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["log", "verify", str(ledger)]) == 0
+    out = capsys.readouterr().out
+    assert "30 records (offsets 0..29)" in out
+    assert out.strip().endswith("ok")
+
+    victim = sorted(ledger.glob("*.seg"))[1]
+    data = bytearray(victim.read_bytes())
+    data[60] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert run(["log", "verify", str(ledger)]) == 1
+    out = capsys.readouterr().out
+    assert f"problem: {victim}: byte " in out
+    assert "[corrupt]" in out
+
+    # A corrupt ledger is a user-facing error for the other commands, naming the spot.
+    assert run(["log", "cat", str(ledger)]) == 2
+    assert f"{victim}: byte " in capsys.readouterr().err
+
+
+def test_verify_reports_a_torn_tail(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    last = sorted(ledger.glob("*.seg"))[-1]
+    with open(last, "ab") as f:
+        f.write(b"\x10\x00\x00")
+    assert run(["log", "verify", str(ledger)]) == 1
+    assert "[torn_tail]" in capsys.readouterr().out
+    assert run(["log", "verify", str(ledger.parent / "nope")]) == 2
+
+
+def test_export_import_round_trip(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first.jsonl"
+    assert run(["log", "export", str(ledger), "--out", str(first)]) == 0
+    copy = tmp_path / "copy"
+    assert run(["log", "import", str(first), "--ledger", str(copy)]) == 0
+    assert "imported 30 records" in capsys.readouterr().err
+    second = tmp_path / "second.jsonl"
+    assert run(["log", "export", str(copy), "--out", str(second)]) == 0
+    assert second.read_bytes() == first.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+    assert run(["log", "export", str(ledger), "--out", "-", "--from", "29"]) == 0
+    assert [r["offset"] for r in rows(capsys.readouterr().out)] == [29]
+
+
+def test_import_bad_line_exits_2_and_writes_nothing(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.jsonl"
+    assert run(["log", "export", str(ledger), "--out", str(good)]) == 0
+    lines = good.read_bytes().splitlines(keepends=True)
+    lines[4] = b'{"type": "pod_started", "at": "soon", "payload": {}}\n'
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join(lines))
+    capsys.readouterr()
+
+    # Into an existing ledger: nothing appended.
+    before = LedgerDirReader(ledger).end_offset()
+    assert run(["log", "import", str(bad), "--ledger", str(ledger)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuledger: ")
+    assert f"{bad}:5" in err
+    assert LedgerDirReader(ledger).end_offset() == before
+
+    # Into a new directory: no empty ledger is left behind.
+    target = tmp_path / "new"
+    assert run(["log", "import", str(bad), "--ledger", str(target)]) == 2
+    assert not target.exists()
+
+    assert run(["log", "import", str(tmp_path / "missing.jsonl"), "--ledger", str(target)]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_import_into_a_locked_ledger(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "x.jsonl"
+    assert run(["log", "export", str(ledger), "--out", str(export)]) == 0
+    with FileLedger.open(ledger):
+        assert run(["log", "import", str(export), "--ledger", str(ledger)]) == 2
+    assert "is locked by another writer" in capsys.readouterr().err
