@@ -102,13 +102,16 @@ def apply(state: State, event: Event, at: int) -> State:
                 _requeue(state, job)
         case NodeRegistered():
             _node_registered(state, event)
+            state.topology += 1
         case NodeRemoved(node=name):
             _node_removed(state, name)
+            state.topology += 1
         case NodeCordoned(node=name, cordoned=cordoned):
             node = state.nodes.get(name)
             if node is not None:
                 node.cordoned = cordoned
                 state.dirty = True
+                state.topology += 1
         case QueueConfigured():
             _queue_configured(state, event)
         case QueueRemoved(queue=name):

@@ -24,6 +24,9 @@ RESOURCES = 3  # gpu_milli, cpu_milli, memory_mib
 
 def capacity(state: State) -> list[int]:
     """Total resources of the nodes that take pods (not cordoned)."""
+    version, cached = state.capacity_cache
+    if version == state.topology:
+        return list(cached)
     total = [0, 0, 0]
     for node in state.nodes.values():
         if node.cordoned:
@@ -31,6 +34,7 @@ def capacity(state: State) -> list[int]:
         total[0] += node.gpus * 1000
         total[1] += node.cpu_milli
         total[2] += node.memory_mib
+    state.capacity_cache = (state.topology, tuple(total))
     return total
 
 

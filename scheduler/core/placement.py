@@ -82,8 +82,12 @@ def pod_fits_now(node: Node, pod: PodSpec) -> bool:
 
 def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
     """Take a pod's resources on a node."""
+    devices = node.free_devices
     for slot in slots:
-        node.free_devices[slot.device] -= slot.milli
+        if devices[slot.device] == MILLI:
+            node.free_whole -= 1
+        devices[slot.device] -= slot.milli
+        node.free_gpu_milli -= slot.milli
     node.free_cpu -= pod.cpu_milli
     node.free_memory -= pod.memory_mib
     node.pods[pod.name] = job
@@ -91,8 +95,12 @@ def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
 
 def give_back(node: Node, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
     """Release a pod's resources on a node."""
+    devices = node.free_devices
     for slot in slots:
-        node.free_devices[slot.device] += slot.milli
+        devices[slot.device] += slot.milli
+        node.free_gpu_milli += slot.milli
+        if devices[slot.device] == MILLI:
+            node.free_whole += 1
     node.free_cpu += pod.cpu_milli
     node.free_memory += pod.memory_mib
     node.pods.pop(pod.name, None)
@@ -149,23 +157,30 @@ class Statement:
     def place(self, job: str, pod: PodSpec, candidates: Iterable[Node]) -> PodPlacement | None:
         """Put one pod on the best candidate node now, or return None."""
         gpu = effective_gpu_milli(pod, self.fractional)
+        whole = gpu // MILLI if gpu >= MILLI else 0
         best: Node | None = None
-        best_slots: tuple[GpuSlot, ...] = ()
         best_score: tuple[int, str] | None = None
+        fraction = 0 < gpu < MILLI
         for node in candidates:
+            # cheap counters first: most nodes of a busy cluster fail here
+            if node.free_whole < whole or node.free_gpu_milli < gpu:
+                continue
             if not pod_fits_now(node, pod):
                 continue
-            slots = choose_slots(node, gpu)
-            if slots is None:
+            # whole GPUs fit whenever enough devices are entirely free (checked above);
+            # a fraction needs one device with room, so only fractions look at devices
+            if fraction and choose_slots(node, gpu) is None:
                 continue
             score = self.score(node, gpu)
             if best_score is None or score < best_score:
-                best, best_slots, best_score = node, slots, score
+                best, best_score = node, score
         if best is None:
             return None
-        take(best, job, pod, best_slots)
-        self.steps.append(_Step(best, job, pod, best_slots, taken=True))
-        return PodPlacement(pod=pod.name, node=best.name, gpus=best_slots)
+        slots = choose_slots(best, gpu)
+        assert slots is not None
+        take(best, job, pod, slots)
+        self.steps.append(_Step(best, job, pod, slots, taken=True))
+        return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
 
     def place_gang(self, job: Job, required: int) -> list[PodPlacement] | None:
         """Place ``required`` pods all-or-nothing, then any extra members that fit."""

@@ -106,7 +106,6 @@ def gpus(milli: int) -> str:
 
 def _reject_impossible(state: State, emit: Emit) -> None:
     fresh, state.fresh = state.fresh, []
-    empty: dict[str, Node] | None = None
     shares: Shares | None = None
     for job_id in fresh:
         job = state.jobs.get(job_id)
@@ -114,14 +113,7 @@ def _reject_impossible(state: State, emit: Emit) -> None:
             continue
         reason = _static_reason(state, job)
         if reason is None:
-            if empty is None:
-                empty = {
-                    n.name: node_from_capacity(
-                        n.name, n.gpus, n.cpu_milli, n.memory_mib, n.labels, n.gpu_model
-                    )
-                    for n in state.nodes.values()
-                    if not n.cordoned
-                }
+            empty = _empty_cluster(state)
             stmt = Statement(empty)
             if stmt.place_gang(job, _required(job)) is None:
                 need = job.request[0]
@@ -145,6 +137,21 @@ def _reject_impossible(state: State, emit: Emit) -> None:
                 )
         if reason is not None:
             emit(JobUnschedulable(job=job.job, queue=job.queue, reason=reason, final=True))
+
+
+def _empty_cluster(state: State) -> dict[str, Node]:
+    """The schedulable nodes with nothing on them (cached until a node event)."""
+    version, nodes = state.empty_nodes
+    if version != state.topology:
+        nodes = {
+            n.name: node_from_capacity(
+                n.name, n.gpus, n.cpu_milli, n.memory_mib, n.labels, n.gpu_model
+            )
+            for n in state.nodes.values()
+            if not n.cordoned
+        }
+        state.empty_nodes = (state.topology, nodes)
+    return nodes
 
 
 def _static_reason(state: State, job: Job) -> str | None:
@@ -175,7 +182,8 @@ def _static_reason(state: State, job: Job) -> str | None:
 
 
 def _pod_never_fits(nodes: list[Node], pod: PodSpec) -> str | None:
-    matching = [n for n in nodes if selector_matches(n, pod.node_selector)]
+    selector = pod.node_selector
+    matching = [n for n in nodes if selector_matches(n, selector)] if selector else nodes
     if not matching:
         wanted = ", ".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
         return f"pod '{pod.name}': node selector {{{wanted}}} matches no schedulable node"

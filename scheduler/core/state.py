@@ -65,15 +65,10 @@ class Node:
     free_memory: int = 0
     pods: dict[str, str] = field(default_factory=dict)
     """pod name -> job id, in placement order."""
-
-    @property
-    def free_gpu_milli(self) -> int:
-        """Free milli-GPUs summed over devices."""
-        return sum(self.free_devices)
-
-    def whole_free_devices(self) -> int:
-        """How many devices are entirely free."""
-        return sum(1 for d in self.free_devices if d == MILLI)
+    free_gpu_milli: int = 0
+    """Free milli-GPUs summed over devices (kept in step with free_devices)."""
+    free_whole: int = 0
+    """How many devices are entirely free (kept in step with free_devices)."""
 
 
 @dataclass(slots=True)
@@ -156,6 +151,12 @@ class State:
     seq: int = 0
     pending: list[tuple[int, int, str]] = field(default_factory=list)
     """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""
+    topology: int = 0
+    """Bumped by every node event; derived per-topology caches key on it."""
+    empty_nodes: tuple[int, dict[str, Node]] = (-1, {})
+    """Cache: (topology, the schedulable nodes with nothing on them)."""
+    capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
+    """Cache: (topology, total schedulable [gpu, cpu, memory])."""
     fresh: list[str] = field(default_factory=list)
     """Jobs submitted since the last cycle, to be checked for 'can never fit'."""
     dirty: bool = True
@@ -224,6 +225,8 @@ def node_from_capacity(
         gpu_model=gpu_model,
         gpu_memory_mib=gpu_memory_mib,
         free_devices=[MILLI] * gpus,
+        free_gpu_milli=gpus * MILLI,
+        free_whole=gpus,
         free_cpu=cpu_milli,
         free_memory=memory_mib,
     )

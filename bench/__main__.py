@@ -1,0 +1,150 @@
+"""Run the benchmarks and print a table and JSON: figure, target, ratio (>= 1 meets it).
+
+    python -m bench [--quick] [--json out/bench.json]
+
+Each figure is measured in this run; the ``fifo`` policy is run on the same input as a
+yardstick. Tests never assert on these numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
+from replay.sim import Simulation
+from replay.verify import run as replay
+
+MONTH_CLUSTER = "nodes:\n  - {name: n, count: 125, gpus: 8}\n"  # 1,000 GPUs
+MONTH_QUEUES = """queues:
+  - {name: org, deserved_percent: 80}
+  - {name: t1, parent: org, deserved_percent: 50}
+  - {name: t2, parent: org, deserved_percent: 50}
+  - {name: adhoc, deserved_percent: 20}
+"""
+MONTH_WORKLOAD = """seed: 1
+horizon_s: 2592000
+generators:
+  - {name: a, queue: t1, arrival: {type: poisson, rate_per_h: 50},
+     gang_size: {type: choice, values: [1, 2, 4]}, gpus_per_pod: {type: choice, values: [1, 2, 4, 8]},
+     runtime_s: {type: lognormal, median: 1800, sigma: 1.0, max: 86400}, checkpoint_interval_s: 600}
+  - {name: b, queue: t2, arrival: {type: poisson, rate_per_h: 50},
+     gpus_per_pod: {type: choice, values: [0.5, 1, 2]}, runtime_s: {type: lognormal, median: 1200, sigma: 0.8}}
+  - {name: c, queue: adhoc, arrival: {type: poisson, rate_per_h: 40}, gpus_per_pod: 1,
+     runtime_s: {type: exponential, mean: 900}, priority_class: build}
+"""
+
+
+class MemoryLedger:
+    """Keeps envelopes in a list, so the benchmark measures the core, not the disk."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def append(self, envelopes: Sequence[Any]) -> int:
+        first = len(self.records)
+        self.records.extend(envelopes)
+        return first
+
+    def end_offset(self) -> int:
+        return len(self.records)
+
+    def close(self) -> None:
+        pass
+
+    def read(self, start: int = 0, end: int | None = None) -> Any:
+        stop = len(self.records) if end is None else end
+        for offset in range(start, stop):
+            yield offset, self.records[offset]
+
+
+def _simulate(policy: str, scale: float) -> tuple[dict[str, Any], MemoryLedger]:
+    workload = parse(MONTH_WORKLOAD, WorkloadFile)
+    if scale != 1.0:
+        import msgspec  # noqa: PLC0415
+
+        workload = msgspec.structs.replace(workload, horizon_s=workload.horizon_s * scale)
+    ledger = MemoryLedger()
+    sim = Simulation(
+        parse(MONTH_CLUSTER, ClusterFile), parse(MONTH_QUEUES, QueuesFile), workload, policy, ledger
+    )
+    started = time.perf_counter()
+
+    def progress(now_ms: int, submitted: int, total: int) -> None:
+        print(
+            f"\r  {policy}: simulated {now_ms / 86_400_000:5.1f} days, {submitted}/{total} jobs "
+            f"({time.perf_counter() - started:5.1f} s)",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    result = sim.run(progress=progress, progress_every=50_000)
+    elapsed = time.perf_counter() - started
+    print(file=sys.stderr)
+    return {
+        "policy": policy,
+        "jobs": result.jobs,
+        "records": result.records,
+        "cycles": result.cycles,
+        "seconds": elapsed,
+    }, ledger
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the month")
+    parser.add_argument("--json", default="out/bench.json", help="where to write the figures")
+    args = parser.parse_args(argv)
+    scale = 0.1 if args.quick else 1.0
+    rows: list[dict[str, Any]] = []
+
+    ours, ledger = _simulate("gpuledger", scale)
+    fifo, _ = _simulate("fifo", scale)
+    target_s = 60.0 * scale
+    rows.append(
+        {
+            "benchmark": f"simulate {ours['jobs']:,} jobs on 1,000 GPUs ({30 * scale:g} days)",
+            "figure": f"{ours['seconds']:.1f} s",
+            "target": f"<= {target_s:g} s",
+            "ratio": target_s / ours["seconds"],
+            "fifo": f"{fifo['seconds']:.1f} s",
+            "detail": f"{ours['cycles'] / ours['seconds']:,.0f} cycles/s",
+        }
+    )
+    started = time.perf_counter()
+    result = replay(ledger)
+    elapsed = time.perf_counter() - started
+    assert result.ok, "the benchmark ledger must replay"
+    rate = result.records / elapsed
+    rows.append(
+        {
+            "benchmark": f"replay --verify of {result.records:,} ledger events",
+            "figure": f"{rate:,.0f} events/s",
+            "target": ">= 50,000 events/s",
+            "ratio": rate / 50_000,
+            "fifo": "",
+            "detail": f"{elapsed:.1f} s",
+        }
+    )
+    widths = {k: max(len(k), *(len(_cell(r[k])) for r in rows)) for k in rows[0]}
+    print("  ".join(k.ljust(widths[k]) for k in rows[0]))
+    for row in rows:
+        print("  ".join(_cell(row[k]).ljust(widths[k]) for k in row))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.2f}x" if isinstance(value, float) else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
