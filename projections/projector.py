@@ -470,7 +470,8 @@ class _Fold:
         # Events about a job this fold does not hold are dropped: either the job was
         # never submitted in this ledger, or it is terminal and was evicted from memory
         # after an earlier batch, where it would have ignored the event anyway.
-        job = self.jobs.get(getattr(event, "job", None))  # type: ignore[arg-type]  # None misses
+        name = getattr(event, "job", None)  # node, queue and cycle events have none
+        job = self.jobs.get(name) if isinstance(name, str) else None
         if job is None or job.status not in ACTIVE_STATUSES:
             return
         match event:

@@ -135,14 +135,14 @@ def _simulate(args: argparse.Namespace) -> int:
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
     print(f"ledger: {ledger}")
     if args.db:
-        from projections.report import render_table, tenant_report  # noqa: PLC0415
+        from projections.report import REPORT_COLUMNS, render_table, tenant_report  # noqa: PLC0415
 
         from events.filelog import open_reader  # noqa: PLC0415
         from projections.projector import project  # noqa: PLC0415
 
         project(open_reader(ledger), args.db, rebuild=True)
         rows = tenant_report(args.db)
-        print(render_table(rows, list(rows[0]) if rows else []))
+        print(render_table(rows, REPORT_COLUMNS))
     return 0
 
 
