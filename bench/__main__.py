@@ -31,10 +31,12 @@ MONTH_WORKLOAD = """seed: 1
 horizon_s: 2592000
 generators:
   - {name: a, queue: t1, arrival: {type: poisson, rate_per_h: 50},
-     gang_size: {type: choice, values: [1, 2, 4]}, gpus_per_pod: {type: choice, values: [1, 2, 4, 8]},
+     gang_size: {type: choice, values: [1, 2, 4]},
+     gpus_per_pod: {type: choice, values: [1, 2, 4, 8]},
      runtime_s: {type: lognormal, median: 1800, sigma: 1.0, max: 86400}, checkpoint_interval_s: 600}
   - {name: b, queue: t2, arrival: {type: poisson, rate_per_h: 50},
-     gpus_per_pod: {type: choice, values: [0.5, 1, 2]}, runtime_s: {type: lognormal, median: 1200, sigma: 0.8}}
+     gpus_per_pod: {type: choice, values: [0.5, 1, 2]},
+     runtime_s: {type: lognormal, median: 1200, sigma: 0.8}}
   - {name: c, queue: adhoc, arrival: {type: poisson, rate_per_h: 40}, gpus_per_pod: 1,
      runtime_s: {type: exponential, mean: 900}, priority_class: build}
 """
