@@ -135,10 +135,9 @@ def _simulate(args: argparse.Namespace) -> int:
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
     print(f"ledger: {ledger}")
     if args.db:
-        from projections.report import REPORT_COLUMNS, render_table, tenant_report  # noqa: PLC0415
-
         from events.filelog import open_reader  # noqa: PLC0415
         from projections.projector import project  # noqa: PLC0415
+        from projections.report import REPORT_COLUMNS, render_table, tenant_report  # noqa: PLC0415
 
         project(open_reader(ledger), args.db, rebuild=True)
         rows = tenant_report(args.db)
@@ -180,10 +179,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from projections.report import compare_reports  # noqa: PLC0415
-
     from events.filelog import open_reader  # noqa: PLC0415
     from projections.projector import project  # noqa: PLC0415
+    from projections.report import compare_reports  # noqa: PLC0415
 
     cluster, queues, workload = _load_inputs(
         str(EXAMPLES / "demo-cluster.yaml"),
