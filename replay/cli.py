@@ -21,6 +21,7 @@ from replay.config import (
     kinds,
     load,
 )
+from scheduler.core.policy import POLICIES
 
 EXAMPLES = Path(__file__).parent / "examples"
 
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument("--cluster", required=True, help="cluster.yaml")
     p.add_argument("--queues", required=True, help="queues.yaml")
     p.add_argument("--workload", required=True, help="workload.yaml")
-    p.add_argument("--policy", default="gpuledger", help="gpuledger (default) or fifo")
+    p.add_argument("--policy", default="gpuledger", choices=POLICIES, help="default: gpuledger")
     p.add_argument("--ledger", required=True, help="directory for the new ledger")
     p.add_argument("--seed", type=int, help="override the workload's seed")
     p.add_argument("--db", help="also project the ledger into this DuckDB file and report")
@@ -146,15 +147,15 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from events.filelog import open_reader  # noqa: PLC0415
+    from events.codec import DecodeError  # noqa: PLC0415
+    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
     from replay.verify import run  # noqa: PLC0415
 
-    try:
-        reader = open_reader(args.ledger)
-    except (OSError, ValueError) as exc:
-        raise _cli_error(f"{args.ledger}: {exc}") from exc
     started = time.perf_counter()
-    result = run(reader, start=args.start, end=args.end)
+    try:
+        result = run(open_reader(args.ledger), start=args.start, end=args.end)
+    except (LedgerError, DecodeError, OSError) as exc:
+        raise _cli_error(str(exc)) from exc
     elapsed = time.perf_counter() - started
     rate = result.records / elapsed if elapsed > 0 else 0.0
     print(

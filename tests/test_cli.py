@@ -1,0 +1,112 @@
+"""The simulate / replay / demo / schema commands, end to end through `main`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from events.codec import decode_event, wrap
+from events.filelog import FileLedger, LedgerDirReader
+from scheduler.cli import main
+
+EX = "replay/examples"
+
+
+def simulate(tmp_path: Path, *extra: str) -> Path:
+    ledger = tmp_path / "ledger"
+    code = main(
+        [
+            "simulate",
+            "--cluster", f"{EX}/demo-cluster.yaml",
+            "--queues", f"{EX}/demo-queues.yaml",
+            "--workload", f"{EX}/demo-workload.yaml",
+            "--ledger", str(ledger),
+            *extra,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    return ledger
+
+
+def test_simulate_writes_a_ledger_that_replays_with_zero_mismatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = simulate(tmp_path, "--db", str(tmp_path / "h.duckdb"))
+    out = capsys.readouterr().out
+    assert "287 jobs" in out and "training" in out
+    assert main(["replay", "--ledger", str(ledger), "--verify"]) == 0
+    assert "verify: 0 mismatches" in capsys.readouterr().out
+
+
+def test_simulate_refuses_to_overwrite_a_ledger(tmp_path: Path) -> None:
+    simulate(tmp_path)
+    assert main(["simulate", "--cluster", f"{EX}/demo-cluster.yaml", "--queues",
+                 f"{EX}/demo-queues.yaml", "--workload", f"{EX}/demo-workload.yaml",
+                 "--ledger", str(tmp_path / "ledger")]) == 2  # fmt: skip
+
+
+def test_simulate_names_the_bad_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("nodes:\n  - {name: a, count: -1, gpus: 8}\n")
+    code = main(["simulate", "--cluster", str(bad), "--queues", f"{EX}/demo-queues.yaml",
+                 "--workload", f"{EX}/demo-workload.yaml", "--ledger", str(tmp_path / "l")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and str(bad) in err and "$.nodes[0].count" in err
+    assert not (tmp_path / "l").exists() or not any((tmp_path / "l").iterdir())
+
+
+def test_simulate_rejects_an_unknown_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        simulate(tmp_path, "--policy", "lottery")
+    assert "invalid choice: 'lottery'" in capsys.readouterr().err
+
+
+def test_replay_reports_a_forged_decision_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = simulate(tmp_path)
+    records = list(LedgerDirReader(ledger).read())
+    target = next(o for o, env in records if env.type == "job_unschedulable")
+    event = decode_event(records[target][1], target)
+    forged = msgspec.structs.replace(event, reason="forged")  # type: ignore[type-var]
+    records[target] = (target, wrap(forged, records[target][1].at))
+    with FileLedger.open(tmp_path / "forged") as writer:
+        writer.append([env for _, env in records])
+    capsys.readouterr()
+    assert main(["replay", "--ledger", str(tmp_path / "forged"), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"MISMATCH at offset {target}" in out and '"reason": "forged"' in out
+
+
+def test_replay_of_a_missing_ledger_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", "--ledger", str(tmp_path / "nope"), "--verify"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_demo_prints_the_side_by_side_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "gpuledger" in out and "fifo" in out
+    for queue in ("training", "interactive", "experiments", "all"):
+        assert any(line.startswith(queue) for line in out.splitlines()), queue
+    assert (tmp_path / "demo" / "gpuledger" / "history.duckdb").is_file()
+    assert main(["replay", "--ledger", str(tmp_path / "demo" / "fifo" / "ledger"), "--verify"]) == 0
+    shutil.rmtree(tmp_path / "demo")
+
+
+def test_schema_prints_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "workload"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "WorkloadFile" in schema["$defs"]
