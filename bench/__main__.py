@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from events.memlog import MemoryLedger
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
 from replay.sim import Simulation
 from replay.verify import run as replay
@@ -40,29 +41,6 @@ generators:
   - {name: c, queue: adhoc, arrival: {type: poisson, rate_per_h: 40}, gpus_per_pod: 1,
      runtime_s: {type: exponential, mean: 900}, priority_class: build}
 """
-
-
-class MemoryLedger:
-    """Keeps envelopes in a list, so the benchmark measures the core, not the disk."""
-
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def append(self, envelopes: Sequence[Any]) -> int:
-        first = len(self.records)
-        self.records.extend(envelopes)
-        return first
-
-    def end_offset(self) -> int:
-        return len(self.records)
-
-    def close(self) -> None:
-        pass
-
-    def read(self, start: int = 0, end: int | None = None) -> Any:
-        stop = len(self.records) if end is None else end
-        for offset in range(start, stop):
-            yield offset, self.records[offset]
 
 
 def _simulate(policy: str, scale: float) -> tuple[dict[str, Any], MemoryLedger]:

@@ -24,6 +24,26 @@ from events.filelog import (
 from events.model import TAGS
 
 
+def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--from N`` / ``--until N``: the half-open offset range a command works on."""
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=_offset,
+        default=0,
+        metavar="N",
+        help=f"first offset to {verb} (default 0)",
+    )
+    parser.add_argument(
+        "--until",
+        dest="end",
+        type=_offset,
+        default=None,
+        metavar="N",
+        help="stop before offset N (default: the current end)",
+    )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``log`` command and its sub-commands to the ``gpuledger`` parser."""
     log = sub.add_parser(
@@ -36,22 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     cat = cmds.add_parser("cat", help="print records as JSON Lines")
     cat.add_argument("ledger", metavar="LEDGER", help=source)
-    cat.add_argument(
-        "--from",
-        dest="start",
-        type=_offset,
-        default=0,
-        metavar="N",
-        help="first offset to print (default 0)",
-    )
-    cat.add_argument(
-        "--until",
-        dest="end",
-        type=_offset,
-        default=None,
-        metavar="N",
-        help="stop before offset N (default: the current end)",
-    )
+    _add_range(cat, "print")
     cat.add_argument(
         "--type",
         dest="types",
@@ -94,22 +99,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp = cmds.add_parser("export", help="write the ledger as JSON Lines")
     exp.add_argument("ledger", metavar="LEDGER", help="ledger directory")
     exp.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, - for stdout")
-    exp.add_argument(
-        "--from",
-        dest="start",
-        type=_offset,
-        default=0,
-        metavar="N",
-        help="first offset to export (default 0)",
-    )
-    exp.add_argument(
-        "--until",
-        dest="end",
-        type=_offset,
-        default=None,
-        metavar="N",
-        help="stop before offset N (default: the current end)",
-    )
+    _add_range(exp, "export")
     exp.set_defaults(func=_export)
 
     imp = cmds.add_parser("import", help="append a JSON Lines export to a ledger")

@@ -44,6 +44,7 @@ from events.codec import (
     from_json_line,
     to_json_line,
 )
+from events.memlog import MemoryLedger
 from events.port import LedgerReader, LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -740,23 +741,8 @@ def _follow_chunk(
     scan.expected = part.expected
 
 
-class MemoryReader:
-    """A ``LedgerReader`` over envelopes held in memory (offsets are list positions)."""
-
-    def __init__(self, envelopes: Iterable[Envelope], *, name: str = "<memory>") -> None:
-        """Hold ``envelopes``; ``name`` is used in messages."""
-        self.name = name
-        self._envelopes = list(envelopes)
-
-    def read(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Envelope]]:
-        """Records with ``start <= offset < end``."""
-        stop = len(self._envelopes) if end is None else min(end, len(self._envelopes))
-        for off in range(max(start, 0), stop):
-            yield off, self._envelopes[off]
-
-    def end_offset(self) -> int:
-        """The number of records."""
-        return len(self._envelopes)
+MemoryReader = MemoryLedger
+"""A JSON Lines source read whole is an in-memory ledger."""
 
 
 def open_reader(src: str | os.PathLike[str]) -> LedgerReader:
