@@ -12,8 +12,6 @@ quarter of one device), CPU in millicores, memory in MiB.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
 MILLI = 1000
@@ -40,6 +38,12 @@ class PodSpec(msgspec.Struct, frozen=True):
     cpu_milli: int = 0
     memory_mib: int = 0
     node_selector: dict[str, str] = {}
+    group: str = ""
+    """Sub-group of the gang (e.g. ``leader``, ``worker``), for per-group minimums."""
+    gpu_memory_mib: int = 0
+    """A fraction of one GPU asked for as device memory (used when ``gpu_milli`` is 0)."""
+    tolerations: tuple[str, ...] = ()
+    """Taints tolerated: ``key`` (any value) or ``key=value``."""
 
 
 class GpuSlot(msgspec.Struct, frozen=True, array_like=True):
@@ -74,6 +78,8 @@ class NodeRegistered(Event, frozen=True, tag="node_registered"):
     cpu_milli: int = 0
     memory_mib: int = 0
     labels: dict[str, str] = {}
+    taints: tuple[str, ...] = ()
+    """``key=value:effect`` or ``key:effect``; a pod must tolerate each to be placed."""
 
 
 class NodeRemoved(Event, frozen=True, tag="node_removed"):
@@ -104,6 +110,12 @@ class QueueConfigured(Event, frozen=True, tag="queue_configured"):
     over_quota_weight: int = 1
     limit: Resources = Resources(gpu_milli=-1, cpu_milli=-1, memory_mib=-1)
     priority: int = 0
+    preempt_min_runtime_ms: int = 0
+    """A job of this queue that started less than this ago is not preempted."""
+    reclaim_min_runtime_ms: int = 0
+    """A job of this queue that started less than this ago is not reclaimed."""
+    placement: str = ""
+    """Default placement for its jobs: ``binpack`` or ``spread`` (empty: the policy's)."""
 
 
 class QueueRemoved(Event, frozen=True, tag="queue_removed"):
@@ -130,6 +142,14 @@ class JobSubmitted(Event, frozen=True, tag="job_submitted"):
     preemptible: bool | None = None
     expected_runtime_ms: int | None = None
     checkpoint_interval_ms: int | None = None
+    min_per_group: dict[str, int] = {}
+    """Minimum running pods per sub-group (``PodSpec.group``), on top of ``min_members``."""
+    topology_key: str = ""
+    """Node label whose value the gang's pods should share (e.g. a rack)."""
+    topology_required: bool = False
+    """True: all pods in one topology domain or none; False: preferred."""
+    placement: str = ""
+    """``binpack`` or ``spread`` for this job (empty: the queue's, then the policy's)."""
 
 
 class JobCancelled(Event, frozen=True, tag="job_cancelled"):
@@ -168,6 +188,20 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     policy: str = "gpuledger"
     reclaim: bool = True
     preempt: bool = True
+    revision: int = 1
+    """The policy core's semantics revision that wrote the ledger (see docs/policy.md)."""
+    backfill: bool = False
+    consolidation: bool = False
+    stale_gang_eviction: bool = False
+    stale_gang_grace_ms: int = 60_000
+    placement: str = "binpack"
+    half_life_ms: int = 0
+    """Time-based fair share: usage decays with this half-life; 0 turns it off."""
+    k_value_milli: int = 1000
+    """How strongly past usage moves over-quota shares (KAI's kValue), times 1000."""
+    bind_backoff_ms: int = 0
+    """Base back-off after a BindFailed, doubled per failure; 0 turns it off."""
+    bind_backoff_max_ms: int = 600_000
 
 
 # --------------------------------------------------------------------------- decisions
@@ -179,14 +213,19 @@ class PodsAllocated(Event, frozen=True, tag="pods_allocated"):
     job: str
     queue: str
     placements: tuple[PodPlacement, ...]
+    backfill_for: str = ""
+    """Set when the job was backfilled into the gap before this job's reservation."""
 
 
 class JobPreempted(Event, frozen=True, tag="job_preempted"):
     """A running job was evicted to make room for ``preemptor``.
 
-    ``rule`` is ``reclaim`` (across queues, to restore a fair share) or ``preempt`` (within
-    a queue, by strictly higher priority). ``lost_gpu_ms`` is the GPU-weighted work since the
-    victim's last checkpoint, in milli-GPU·milliseconds / 1000 (i.e. GPU-milliseconds).
+    ``rule`` is ``reclaim`` (across queues, to restore a fair share), ``preempt`` (within
+    a queue, by strictly higher priority), ``backfill`` (a backfilled job giving way to the
+    reservation it ran under), ``stale-gang`` (a running gang fell below its minimum;
+    ``preemptor`` is empty) or ``consolidation`` (moved to defragment; re-placed at once).
+    ``lost_gpu_ms`` is the GPU-weighted work since the victim's last checkpoint, in
+    GPU-milliseconds; ``checkpointed_ms`` is the progress it keeps.
     """
 
     job: str
@@ -194,7 +233,7 @@ class JobPreempted(Event, frozen=True, tag="job_preempted"):
     pods: tuple[str, ...]
     preemptor: str
     preemptor_queue: str
-    rule: Literal["reclaim", "preempt"]
+    rule: str
     lost_gpu_ms: int
     checkpointed_ms: int = 0
 
@@ -250,6 +289,36 @@ class PodEvicted(Event, frozen=True, tag="pod_evicted"):
     node: str
 
 
+# --------------------------------------------------------------------------- monitoring
+
+
+class GpuUtilizationSampled(Event, frozen=True, tag="gpu_utilization_sampled"):
+    """A monitoring sample of one GPU device (e.g. DCGM via Prometheus), for drift reports.
+
+    ``utilization_pct`` (0–100) is the device's busy percentage over the exporter's sample
+    period and ``memory_used_mib`` its framebuffer in use. The policy core ignores these:
+    they feed the ``gpu_usage`` projection (allocated versus utilised GPU-hours), never a
+    scheduling decision, so importing monitoring data cannot change a replay.
+    """
+
+    node: str
+    device: int
+    utilization_pct: int
+    memory_used_mib: int = 0
+
+
+class JobRejected(Event, frozen=True, tag="job_rejected"):
+    """Admission refused the job before scheduling (e.g. its namespace may not use the queue).
+
+    An input recorded for audit: the policy core ignores it and the job is never scheduled.
+    """
+
+    job: str
+    queue: str
+    namespace: str = ""
+    reason: str = ""
+
+
 AnyEvent = (
     NodeRegistered
     | NodeRemoved
@@ -269,6 +338,8 @@ AnyEvent = (
     | PodBound
     | BindFailed
     | PodEvicted
+    | GpuUtilizationSampled
+    | JobRejected
 )
 """The closed union of every event type this version understands."""
 
@@ -299,6 +370,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PodBound,
     BindFailed,
     PodEvicted,
+    GpuUtilizationSampled,
+    JobRejected,
 )
 
 
@@ -338,8 +411,10 @@ __all__ = [
     "CycleCompleted",
     "Event",
     "GpuSlot",
+    "GpuUtilizationSampled",
     "JobCancelled",
     "JobPreempted",
+    "JobRejected",
     "JobSubmitted",
     "JobUnschedulable",
     "NodeCordoned",

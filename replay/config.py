@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from events.model import MILLI, NodeRegistered, QueueConfigured, Resources
+from events.model import MILLI, NodeRegistered, PolicyConfigured, QueueConfigured, Resources
 
 NonNeg = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -190,6 +190,51 @@ class WorkloadFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     generators: list[Generator] = []
 
 
+class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``policy.yaml``: the policy's knobs, recorded in the ledger as ``policy_configured``.
+
+    Defaults here are the recommended configuration; an event's own defaults are the
+    neutral ones that keep older ledgers' behaviour.
+    """
+
+    reclaim: bool = True
+    preempt: bool = True
+    backfill: bool = True
+    consolidation: bool = False
+    stale_gang_eviction: bool = True
+    stale_gang_grace_s: NonNeg = 60
+    placement: str = "binpack"
+    half_life_s: NonNeg = 0
+    """Time-based fair share half-life; 0 turns it off."""
+    k_value: NonNeg = 1.0
+    bind_backoff_s: NonNeg = 10
+    bind_backoff_max_s: NonNeg = 600
+
+
+def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
+    """The ``policy_configured`` event for a policy name and its knobs."""
+    from scheduler.core import REVISION  # noqa: PLC0415  # config stays importable alone
+
+    k = knobs or PolicyFile()
+    if k.placement not in ("binpack", "spread"):
+        raise ConfigError(f"policy: placement must be binpack or spread, not {k.placement!r}")
+    return PolicyConfigured(
+        policy=name,
+        reclaim=k.reclaim,
+        preempt=k.preempt,
+        revision=REVISION,
+        backfill=k.backfill,
+        consolidation=k.consolidation,
+        stale_gang_eviction=k.stale_gang_eviction,
+        stale_gang_grace_ms=round(k.stale_gang_grace_s * 1000),
+        placement=k.placement,
+        half_life_ms=round(k.half_life_s * 1000),
+        k_value_milli=round(k.k_value * 1000),
+        bind_backoff_ms=round(k.bind_backoff_s * 1000),
+        bind_backoff_max_ms=round(k.bind_backoff_max_s * 1000),
+    )
+
+
 T = TypeVar("T")
 
 
@@ -345,4 +390,9 @@ def _queue_event(spec: QueueSpec) -> QueueConfigured:
 
 def kinds() -> dict[str, type[Any]]:
     """The file formats by name, for ``gpuledger schema``."""
-    return {"cluster": ClusterFile, "queues": QueuesFile, "workload": WorkloadFile}
+    return {
+        "cluster": ClusterFile,
+        "queues": QueuesFile,
+        "workload": WorkloadFile,
+        "policy": PolicyFile,
+    }

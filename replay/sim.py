@@ -32,6 +32,7 @@ from events.model import (
     PodSpec,
     PodStarted,
     PolicyConfigured,
+    Tick,
 )
 from events.port import LedgerWriter
 from replay.config import (
@@ -52,6 +53,7 @@ from replay.config import (
     mib,
     milli,
     node_events,
+    policy_event,
     queue_events,
 )
 from scheduler.core.policy import POLICIES
@@ -230,14 +232,18 @@ class Simulation:
         cluster: ClusterFile,
         queues: QueuesFile,
         workload: WorkloadFile,
-        policy: str,
+        policy: str | PolicyConfigured,
         writer: LedgerWriter | None = None,
         *,
         flush_every: int = 8192,
     ) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        self.policy = policy
+        config = policy if isinstance(policy, PolicyConfigured) else policy_event(policy)
+        if config.policy not in POLICIES:
+            raise ConfigError(
+                f"unknown policy {config.policy!r}; choose one of {', '.join(POLICIES)}"
+            )
+        self.config = config
+        self.policy = config.policy
         self.cluster = cluster
         self.queues = queues
         self.jobs = expand(workload)
@@ -251,6 +257,7 @@ class Simulation:
         self._started: dict[str, int] = {}
         self._finishing: dict[str, int] = {}
         self._nodes_of: dict[str, dict[str, str]] = {}
+        self._ticks: dict[int, None] = {}
         self.cycles = 0
 
     def _push(self, at: int, event: Event, attempt: int = -1) -> None:
@@ -260,7 +267,7 @@ class Simulation:
     def run(self, progress: Progress | None = None, progress_every: int = 20_000) -> SimResult:
         """Simulate until nothing more can happen; flush the ledger."""
         engine = self.engine
-        setup: list[tuple[Event, int]] = [(PolicyConfigured(policy=self.policy), 0)]
+        setup: list[tuple[Event, int]] = [(self.config, 0)]
         setup += [(e, 0) for e in queue_events(self.queues)]
         setup += [(e, 0) for e in node_events(self.cluster)]
         for sim_job in self.jobs:
@@ -288,6 +295,11 @@ class Simulation:
                 continue
             decisions = engine.step(batch, now)
             self.cycles += 1
+            wakeup = engine.state.wakeup
+            if wakeup is not None and wakeup > now and wakeup not in self._ticks:
+                # a time-based rule falls due then: make sure a cycle runs at that time
+                self._ticks[wakeup] = None
+                self._push(wakeup, Tick())
             self._after_inputs(batch, now)
             self._react(decisions, now)
             if progress is not None and self.cycles % progress_every == 0:

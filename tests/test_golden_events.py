@@ -7,8 +7,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from events.codec import SCHEMA_VERSION, decode, encode, event_json
-from events.model import EVENT_TYPES, JobSubmitted, PolicyConfigured, tag_of
+from events.codec import SCHEMA_VERSION, decode, encode
+from events.model import EVENT_TYPES, AnyEvent, JobSubmitted, PolicyConfigured, tag_of
 from tests.golden_samples import AT, SAMPLES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -27,7 +27,8 @@ def test_golden_sample_decodes_and_matches_its_json_twin(path: Path) -> None:
     assert record.at == AT
     assert tag_of(type(record.event)) == path.name.split(".")[0]
     twin = path.parent.joinpath(path.name.removesuffix(".msgpack") + ".json").read_bytes()
-    assert msgspec.json.decode(event_json(record.event)) == msgspec.json.decode(twin)
+    # an older twin lacks fields added since; decoding fills their defaults on both sides
+    assert msgspec.json.decode(twin, type=AnyEvent) == record.event
 
 
 @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: tag_of(type(e)))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import Envelope, wrap
+from events.codec import SCHEMA_VERSION, Envelope, wrap
 from events.filelog import FileLedger, LedgerDirReader
 from events.model import NodeRegistered, PodStarted
 
@@ -74,7 +74,7 @@ def test_cat(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "type": "pod_started",
         "key": "job-1",
         "at": 1,
-        "version": 1,
+        "version": SCHEMA_VERSION,
         "payload": {"type": "pod_started", "job": "job-1", "pod": "pod-1"},
     }
 

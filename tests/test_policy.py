@@ -48,7 +48,7 @@ def test_gang_that_does_not_fit_now_places_nothing_and_says_why() -> None:
     assert allocated(got) == {}
     reason, final = reasons(got)["g"]
     assert not final
-    assert "gang needs 2 pods (16 GPUs)" in reason and "fits 1 of them" in reason
+    assert "gang needs 2 pods (2×8 GPUs)" in reason and "fits 1 of them" in reason
     assert w.state.jobs["g"].placements == {}
 
 

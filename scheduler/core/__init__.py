@@ -6,12 +6,13 @@ depends on hash order; ``tests/test_core_purity.py`` enforces the import side of
 
 from scheduler.core.apply import apply, lost_work
 from scheduler.core.fairshare import Shares, fair_shares
-from scheduler.core.policy import POLICIES, cycle, gpus
+from scheduler.core.policy import POLICIES, REVISION, cycle, gpus
 from scheduler.core.state import PRIORITY_CLASSES, Job, Node, Queue, State
 
 __all__ = [
     "POLICIES",
     "PRIORITY_CLASSES",
+    "REVISION",
     "Job",
     "Node",
     "Queue",

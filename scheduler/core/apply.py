@@ -15,6 +15,7 @@ from events.model import (
     BindFailed,
     CycleCompleted,
     Event,
+    GpuUtilizationSampled,
     JobCancelled,
     JobPreempted,
     JobSubmitted,
@@ -56,6 +57,10 @@ from scheduler.core.state import (
 
 def apply(state: State, event: Event, at: int) -> State:
     """Fold ``event`` (stamped ``at`` ms) into ``state``; returns the same state object."""
+    if isinstance(event, GpuUtilizationSampled):
+        # Monitoring data, stamped by the exporter's clock: it must not even move ``now``,
+        # or importing samples could change the time stamped on later decisions.
+        return state
     state.now = max(state.now, at)
     match event:
         case JobSubmitted():
@@ -68,11 +73,12 @@ def apply(state: State, event: Event, at: int) -> State:
                     job.status = RUNNING
                     job.started_at = at
         case PodFinished(job=job_id, pod=pod, succeeded=ok):
-            _pod_finished(state, job_id, pod, ok)
-        case PodsAllocated(job=job_id, placements=placements):
+            _pod_finished(state, job_id, pod, ok, at)
+        case PodsAllocated(job=job_id, placements=placements, backfill_for=backfill_for):
             job = state.jobs.get(job_id)
             if job is not None and job.status not in TERMINAL:
-                _allocate(state, job, placements)
+                _allocate(state, job, placements, at)
+                job.backfill_for = backfill_for
         case JobPreempted(job=job_id, checkpointed_ms=kept):
             job = state.jobs.get(job_id)
             if job is not None and job.status in ACTIVE:
@@ -95,11 +101,20 @@ def apply(state: State, event: Event, at: int) -> State:
                 _release(state, job)
                 job.status = CANCELLED
         case BindFailed(job=job_id):
-            # All-or-nothing: a gang with a pod that failed to bind goes back whole.
+            # All-or-nothing: a gang with a pod that failed to bind goes back whole, and
+            # backs off so a bind that keeps failing does not win the same GPUs every cycle.
             job = state.jobs.get(job_id)
             if job is not None and job.status in ACTIVE:
                 _release(state, job)
                 _requeue(state, job)
+                job.bind_failures += 1
+                base = state.config.bind_backoff_ms
+                if base > 0:
+                    delay = min(
+                        base << min(job.bind_failures - 1, 30), state.config.bind_backoff_max_ms
+                    )
+                    job.backoff_until = at + delay
+                    _wake(state, job.backoff_until)
         case NodeRegistered():
             _node_registered(state, event)
             state.topology += 1
@@ -116,10 +131,9 @@ def apply(state: State, event: Event, at: int) -> State:
             _queue_configured(state, event)
         case QueueRemoved(queue=name):
             _queue_removed(state, name)
-        case PolicyConfigured(policy=policy, reclaim=reclaim, preempt=preempt):
+        case PolicyConfigured(policy=policy):
             state.policy = policy
-            state.reclaim = reclaim
-            state.preempt = preempt
+            state.config = event
             state.dirty = True
         case Tick() | CycleCompleted() | PodBound() | PodEvicted():
             pass
@@ -152,6 +166,10 @@ def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
         seq=state.seq,
         expected_runtime_ms=event.expected_runtime_ms,
         checkpoint_interval_ms=event.checkpoint_interval_ms,
+        min_per_group=dict(event.min_per_group),
+        topology_key=event.topology_key,
+        topology_required=event.topology_required,
+        placement=event.placement,
     )
     state.jobs[job.job] = job
     state.add_pending(job)
@@ -159,7 +177,13 @@ def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
     state.dirty = True
 
 
-def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...]) -> None:
+def _wake(state: State, at: int) -> None:
+    """Ask for a cycle at ``at`` (a time-based rule becomes due then)."""
+    if state.wakeup is None or at < state.wakeup:
+        state.wakeup = at
+
+
+def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: int) -> None:
     specs = {p.name: p for p in job.pods}
     chain = state.ancestors(job.queue)
     for placement in placements:
@@ -179,6 +203,7 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...]) -> N
     if job.status == PENDING and len(job.placements) >= required:
         state.remove_pending(job)
         job.status = ALLOCATED
+        job.allocated_at = at
         job.reason = ""
 
 
@@ -205,6 +230,10 @@ def _release(state: State, job: Job) -> None:
     job.started = {}
     job.finished = {}
     job.started_at = None
+    job.allocated_at = None
+    job.backfill_for = ""
+    job.stale_since = None
+    state.stale.pop(job.job, None)
     state.dirty = True
 
 
@@ -226,7 +255,7 @@ def _requeue(state: State, job: Job) -> None:
     state.dirty = True
 
 
-def _pod_finished(state: State, job_id: str, pod: str, ok: bool) -> None:
+def _pod_finished(state: State, job_id: str, pod: str, ok: bool, at: int) -> None:
     job = state.jobs.get(job_id)
     if job is None or pod not in job.placements or pod in job.finished:
         return
@@ -234,7 +263,16 @@ def _pod_finished(state: State, job_id: str, pod: str, ok: bool) -> None:
     _release_pod(state, job, specs[pod], job.placements[pod], state.ancestors(job.queue))
     job.finished[pod] = ok
     state.dirty = True
+    live = len(job.placements) - len(job.finished)
+    if job.status == RUNNING and 0 < live < _required(job) and job.stale_since is None:
+        # A member ended while the rest still run: the gang can no longer make progress.
+        job.stale_since = at
+        state.stale[job.job] = None
+        if state.config.stale_gang_eviction:
+            _wake(state, at + state.config.stale_gang_grace_ms)
     if len(job.finished) == len(job.placements):
+        job.stale_since = None
+        state.stale.pop(job.job, None)
         job.status = SUCCEEDED if all(job.finished.values()) else FAILED
         queue = state.queues.get(job.queue)
         if queue is not None:
@@ -252,6 +290,7 @@ def _node_registered(state: State, event: NodeRegistered) -> None:
         event.gpu_model,
         event.gpu_memory_mib,
     )
+    node.taints = tuple(_taint(t) for t in event.taints)
     state.nodes[event.node] = node
     if old is not None:
         node.cordoned = old.cordoned
@@ -264,6 +303,13 @@ def _node_registered(state: State, event: NodeRegistered) -> None:
             slots = tuple(s for s in job.placements[pod_name].gpus if s.device < node.gpus)
             take(node, job_id, spec, slots)
     state.dirty = True
+
+
+def _taint(text: str) -> tuple[str, str]:
+    """``key=value:Effect`` -> (key, value); the effect does not matter for placement."""
+    spec = text.split(":", 1)[0]
+    key, _, value = spec.partition("=")
+    return (key, value)
 
 
 def _node_removed(state: State, name: str) -> None:
@@ -296,6 +342,9 @@ def _queue_configured(state: State, event: QueueConfigured) -> None:
         over_quota_weight=event.over_quota_weight,
         limit=event.limit,
         priority=event.priority,
+        preempt_min_runtime_ms=event.preempt_min_runtime_ms,
+        reclaim_min_runtime_ms=event.reclaim_min_runtime_ms,
+        placement=event.placement,
     )
     if old is not None:
         queue.children = old.children

@@ -132,12 +132,13 @@ def _divide(
         given[queue.name] = first
         left -= first
     # Over-quota: priority buckets, highest first; water-fill by weight inside each.
+    weights = _weights(state, order)
     priorities = sorted({q.priority for q in order}, reverse=True)
     for priority in priorities:
         if left <= 0:
             break
         bucket = [q for q in order if q.priority == priority]
-        left = _water_fill(left, bucket, caps, given)
+        left = _water_fill(left, bucket, caps, given, weights)
     for queue in order:
         share = given[queue.name]
         shares[queue.name][resource] = share
@@ -156,26 +157,94 @@ def _divide(
 
 
 def _water_fill(
-    amount: int, bucket: list[Queue], caps: dict[str, int], given: dict[str, int]
+    amount: int,
+    bucket: list[Queue],
+    caps: dict[str, int],
+    given: dict[str, int],
+    weights: dict[str, int],
 ) -> int:
     """Divide ``amount`` among the bucket by over-quota weight up to each cap; return rest."""
-    active = [q for q in bucket if q.over_quota_weight > 0 and given[q.name] < caps[q.name]]
+    active = [q for q in bucket if weights[q.name] > 0 and given[q.name] < caps[q.name]]
     while amount > 0 and active:
-        total_weight = sum(q.over_quota_weight for q in active)
+        total_weight = sum(weights[q.name] for q in active)
         round_amount = amount
         progressed = 0
         for queue in active:
-            portion = round_amount * queue.over_quota_weight // total_weight
+            portion = round_amount * weights[queue.name] // total_weight
             grant = min(portion, caps[queue.name] - given[queue.name])
             given[queue.name] += grant
             progressed += grant
         amount -= progressed
         if progressed == 0:
             # Rounding left less than one unit per weight: hand out single units.
-            for queue in sorted(active, key=lambda q: (-q.over_quota_weight, q.name)):
+            for queue in sorted(active, key=lambda q: (-weights[q.name], q.name)):
                 if amount == 0:
                     break
                 given[queue.name] += 1
                 amount -= 1
         active = [q for q in active if given[q.name] < caps[q.name]]
     return amount
+
+
+# --------------------------------------------------------------------------- time-based share
+
+_STEPS = 1024
+# 2^(-i/1024) in 2^32 fixed point. Computed once with IEEE doubles and rounded, so every
+# later use is integer arithmetic: the same ledger decays the same way on every run.
+_DECAY = tuple(round(2 ** (32 - i / _STEPS)) for i in range(_STEPS))
+
+
+def decay(value: int, elapsed_ms: int, half_life_ms: int) -> int:
+    """``value`` after ``elapsed_ms`` of exponential decay with the given half-life."""
+    if elapsed_ms <= 0 or value == 0:
+        return value
+    steps = elapsed_ms * _STEPS // half_life_ms
+    halvings, rest = divmod(steps, _STEPS)
+    if halvings >= 64:
+        return 0
+    return ((value >> halvings) * _DECAY[rest]) >> 32
+
+
+def accrue_usage(state: State) -> None:
+    """Decay every queue's usage to now and add what it held since the last cycle.
+
+    Usage is GPU-milli x ms, charged to a leaf queue and each of its ancestors; it is
+    derived from the ledger alone (allocations and cycle times), so it replays.
+    """
+    half_life = state.config.half_life_ms
+    elapsed = state.now - state.usage_at
+    if elapsed <= 0:
+        return
+    usage = state.usage
+    for name in list(usage):
+        usage[name] = decay(usage[name], elapsed, half_life)
+    for leaf, held in state.usage_alloc.items():
+        if held <= 0:
+            continue
+        for queue in state.ancestors(leaf):
+            usage[queue.name] = usage.get(queue.name, 0) + held * elapsed
+    state.usage_at = state.now
+
+
+def _weights(state: State, siblings: list[Queue]) -> dict[str, int]:
+    """Over-quota weights, moved by past usage when time-based fair share is on.
+
+    As KAI's kValue: a queue whose share of the siblings' decayed usage exceeds its share
+    of their weights gets proportionally less of what is over quota, one below it more:
+    ``weight x max(0, 1 + k x (weight share - usage share))``, in parts per million.
+    """
+    base = {q.name: q.over_quota_weight * 1_000_000 for q in siblings}
+    if state.config.half_life_ms <= 0:
+        return base
+    total_usage = sum(state.usage.get(q.name, 0) for q in siblings)
+    total_weight = sum(q.over_quota_weight for q in siblings)
+    if total_usage <= 0 or total_weight <= 0:
+        return base
+    k = state.config.k_value_milli
+    adjusted: dict[str, int] = {}
+    for q in siblings:
+        weight_share = q.over_quota_weight * 1_000_000 // total_weight
+        usage_share = state.usage.get(q.name, 0) * 1_000_000 // total_usage
+        factor = max(0, 1_000_000 + k * (weight_share - usage_share) // 1000)
+        adjusted[q.name] = q.over_quota_weight * factor
+    return adjusted

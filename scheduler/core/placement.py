@@ -77,7 +77,46 @@ def pod_fits_now(node: Node, pod: PodSpec) -> bool:
         return False
     if node.memory_mib and pod.memory_mib > node.free_memory:
         return False
+    if node.taints and not tolerates(node, pod):
+        return False
     return not pod.node_selector or selector_matches(node, pod.node_selector)
+
+
+def split_gang(job: Job) -> tuple[list[PodSpec], list[PodSpec]]:
+    """(required, optional) unplaced pods: each sub-group's minimum first, then the rest
+    in order up to ``min_members`` (all pods when 0); the others are optional."""
+    pods = [p for p in job.pods if p.name not in job.placements]
+    need_total = (job.min_members or len(job.pods)) - len(job.placements)
+    required: list[PodSpec] = []
+    if job.min_per_group:
+        have: dict[str, int] = {}
+        for placed in job.placements:
+            group = next((p.group for p in job.pods if p.name == placed), "")
+            have[group] = have.get(group, 0) + 1
+        for pod in pods:
+            want = job.min_per_group.get(pod.group, 0)
+            if have.get(pod.group, 0) < want:
+                have[pod.group] = have.get(pod.group, 0) + 1
+                required.append(pod)
+    chosen = {p.name for p in required}
+    for pod in pods:
+        if len(required) >= need_total:
+            break
+        if pod.name not in chosen:
+            required.append(pod)
+            chosen.add(pod.name)
+    order = {p.name: i for i, p in enumerate(job.pods)}
+    required.sort(key=lambda p: order[p.name])
+    optional = [p for p in pods if p.name not in chosen]
+    return required, optional
+
+
+def tolerates(node: Node, pod: PodSpec) -> bool:
+    """Every taint of the node is tolerated by the pod (by key, or key=value)."""
+    for key, value in node.taints:
+        if key not in pod.tolerations and f"{key}={value}" not in pod.tolerations:
+            return False
+    return True
 
 
 def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
@@ -182,21 +221,41 @@ class Statement:
         self.steps.append(_Step(best, job, pod, slots, taken=True))
         return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
 
-    def place_gang(self, job: Job, required: int) -> list[PodPlacement] | None:
-        """Place ``required`` pods all-or-nothing, then any extra members that fit."""
+    def place_gang(self, job: Job, nodes: list[Node] | None = None) -> list[PodPlacement] | None:
+        """Place the gang's required pods all-or-nothing, then any optional ones that fit.
+
+        With a topology key the pods go into one domain (nodes sharing that label's value):
+        domains are tried fullest first; ``topology_required`` fails rather than spread.
+        """
+        pool = list(self.nodes.values()) if nodes is None else nodes
+        if not job.topology_key:
+            return self._place_all(job, pool)
+        domains: dict[str, list[Node]] = {}
+        for node in pool:
+            value = node.labels.get(job.topology_key)
+            if value is not None:
+                domains.setdefault(value, []).append(node)
+        order = sorted(domains, key=lambda d: (sum(n.free_gpu_milli for n in domains[d]), d))
+        for domain in order:
+            placed = self._place_all(job, domains[domain])
+            if placed is not None:
+                return placed
+        return None if job.topology_required else self._place_all(job, pool)
+
+    def _place_all(self, job: Job, nodes: list[Node]) -> list[PodPlacement] | None:
         point = self.checkpoint()
-        nodes = list(self.nodes.values())
+        required, optional = split_gang(job)
         placed: list[PodPlacement] = []
-        for index, pod in enumerate(job.pods):
-            if pod.name in job.placements:
-                continue
+        for pod in required:
             placement = self.place(job.job, pod, nodes)
             if placement is None:
-                if index < required:
-                    self.rollback(point)
-                    return None
-                continue
+                self.rollback(point)
+                return None
             placed.append(placement)
+        for pod in optional:
+            placement = self.place(job.job, pod, nodes)
+            if placement is not None:
+                placed.append(placement)
         return placed
 
     def evict(self, job: Job) -> None:

@@ -1,24 +1,19 @@
 """The scheduling cycle: ``cycle(state, now) -> decisions``.
 
-Two policies share the state, the statement and the fold:
+``gpuledger`` — the hierarchical gang policy (docs/policy.md explains every rule):
 
-``gpuledger``
-    the hierarchical gang policy. Fair shares are divided once per cycle; then, queue by
-    queue in KAI-Scheduler's order (under deserved quota first, queue priority, lowest
-    share of fair share, name), the head job of the queue (priority, then age) is
-    admitted against every ancestor's limit, placed all-or-nothing by bin packing, and
-    if it does not fit and its queue is entitled, room is made by **reclaim** (from
-    queues above their fair share) or **preempt** (strictly lower priority in the same
-    queue), choosing the victims that lose the least work and never evicting for a gang
-    that would still not fit. A queue whose head cannot start is done for the cycle
-    (first-in-first-out by priority: a big gang is not starved by smaller ones behind it).
-    A job that can never fit the cluster as it stands is rejected at once with the reason.
+1. stale gangs past their grace period are evicted (``stale-gang``);
+2. fair shares are divided once per cycle (with time-based usage when configured);
+3. queue by queue in KAI-Scheduler's order, each queue's next eligible job is admitted
+   against every ancestor's limit (non-preemptible work only within deserved quota),
+   placed all-or-nothing through a statement, and if it does not fit room is made by
+   **reclaim**, **preempt** or by evicting jobs backfilled under its own reservation;
+4. a job that still cannot start reserves the nodes it will get at the earliest time it
+   can (EASY backfill); later jobs may use the gap only if they end before that time or
+   are preemptible — without backfill, its queue waits behind it for this cycle;
+5. a job that can never fit the cluster as it stands is rejected at once with a reason.
 
-``fifo``
-    a faithful model of the default kube-scheduler: no queues, no gangs, no preemption.
-    Pods are placed one by one in priority-then-creation order on the least allocated
-    node; a pod that does not fit is skipped, so gangs can hold GPUs half-placed. A
-    fractional GPU request takes a whole device (``nvidia.com/gpu`` is an integer).
+``fifo`` and ``drf`` are the baselines in ``scheduler.core.baselines``.
 
 Every decision is applied to the state as it is made, so later steps of the same cycle
 see it; the caller appends the returned decisions to the ledger after the inputs.
@@ -27,6 +22,7 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from events.model import (
     MILLI,
@@ -39,18 +35,19 @@ from events.model import (
     PodSpec,
 )
 from scheduler.core.apply import apply, lost_work
-from scheduler.core.fairshare import Shares, fair_shares
+from scheduler.core.fairshare import Shares, accrue_usage, fair_shares
 from scheduler.core.placement import (
     Statement,
     binpack_score,
-    effective_gpu_milli,
     fits_capacity,
     selector_matches,
+    split_gang,
     spread_score,
 )
 from scheduler.core.state import (
     ACTIVE,
     PENDING,
+    RUNNING,
     UNLIMITED,
     Job,
     Node,
@@ -59,9 +56,13 @@ from scheduler.core.state import (
     node_from_capacity,
 )
 
-POLICIES = ("gpuledger", "fifo")
+REVISION = 2
+"""Semantics revision of this core; recorded in ``policy_configured`` by writers."""
+
+POLICIES = ("gpuledger", "drf", "fifo")
 
 Emit = Callable[[Event], None]
+NEVER = 1 << 62
 
 
 def cycle(state: State, now: int) -> list[Event]:
@@ -70,6 +71,8 @@ def cycle(state: State, now: int) -> list[Event]:
     The last decision is always ``CycleCompleted``, which marks the cycle's boundary in
     the ledger so replay can run the very same cycles.
     """
+    from scheduler.core import baselines  # noqa: PLC0415  # baselines import this module
+
     state.now = max(state.now, now)
     decisions: list[Event] = []
 
@@ -77,20 +80,29 @@ def cycle(state: State, now: int) -> list[Event]:
         decisions.append(event)
         apply(state, event, state.now)
 
+    due = state.wakeup is not None and state.wakeup <= state.now
+    if due:
+        state.wakeup = None
     if state.policy == "fifo":
         state.fresh.clear()  # kube-scheduler never rejects: a pod that cannot fit waits
         if state.dirty:
-            _fifo(state, emit)
+            baselines.fifo(state, emit)
     else:
+        if state.config.half_life_ms > 0:
+            accrue_usage(state)
         if state.fresh:
             _reject_impossible(state, emit)
-        if state.dirty:
-            _gang_policy(state, emit)
+        if state.dirty or due:
+            if state.policy == "drf":
+                baselines.drf(state, emit)
+            else:
+                _gang_policy(state, emit)
     # A cycle runs until nothing more can start; the next one would change nothing
-    # until an input makes the state dirty again.
+    # until an input makes the state dirty again or a time-based rule falls due.
     state.dirty = False
-    count = len(decisions)
-    emit(CycleCompleted(decisions=count))
+    if state.config.half_life_ms > 0:
+        state.usage_alloc = {q.name: q.allocated[0] for q in state.leaf_queues()}
+    emit(CycleCompleted(decisions=len(decisions)))
     return decisions
 
 
@@ -99,6 +111,16 @@ def gpus(milli: int) -> str:
     if milli % MILLI == 0:
         return str(milli // MILLI)
     return f"{milli / MILLI:g}"
+
+
+def seconds(ms: int) -> str:
+    """A time in ms for people: ``t=3600s``."""
+    return f"t={ms / 1000:g}s"
+
+
+def _wake(state: State, at: int) -> None:
+    if state.wakeup is None or at < state.wakeup:
+        state.wakeup = at
 
 
 # --------------------------------------------------------------------------- never fits
@@ -115,16 +137,17 @@ def _reject_impossible(state: State, emit: Emit) -> None:
         if reason is None:
             empty = _empty_cluster(state)
             stmt = Statement(empty)
-            if stmt.place_gang(job, _required(job)) is None:
-                need = job.request[0]
+            if stmt.place_gang(job) is None:
                 reason = (
-                    f"gang of {_required(job)} pods needing {gpus(need)} GPUs cannot be "
-                    f"packed onto the cluster even when it is empty "
+                    f"gang of {_required(job)} pods needing {gpus(job.request[0])} GPUs cannot "
+                    f"be packed onto the cluster even when it is empty "
                     f"({gpus(sum(n.gpus for n in empty.values()) * MILLI)} schedulable GPUs "
-                    f"on {len(empty)} nodes)"
+                    f"on {len(empty)} nodes"
+                    + (f", in one '{job.topology_key}' domain" if job.topology_required else "")
+                    + ")"
                 )
             stmt.undo_all()
-        if reason is None and not job.preemptible:
+        if reason is None and not job.preemptible and state.policy == "gpuledger":
             if shares is None:
                 shares = fair_shares(state)
             deserved = shares.deserved.get(job.queue, [0, 0, 0])[0]
@@ -143,13 +166,15 @@ def _empty_cluster(state: State) -> dict[str, Node]:
     """The schedulable nodes with nothing on them (cached until a node event)."""
     version, nodes = state.empty_nodes
     if version != state.topology:
-        nodes = {
-            n.name: node_from_capacity(
+        nodes = {}
+        for n in state.nodes.values():
+            if n.cordoned:
+                continue
+            copy = node_from_capacity(
                 n.name, n.gpus, n.cpu_milli, n.memory_mib, n.labels, n.gpu_model
             )
-            for n in state.nodes.values()
-            if not n.cordoned
-        }
+            copy.taints = n.taints
+            nodes[n.name] = copy
         state.empty_nodes = (state.topology, nodes)
     return nodes
 
@@ -161,20 +186,22 @@ def _static_reason(state: State, job: Job) -> str | None:
     if queue.children:
         return f"queue '{job.queue}' has child queues; submit to one of {queue.children}"
     gpu, cpu, memory = job.request
-    for q in state.ancestors(job.queue):
-        for amount, limit, what in (
-            (gpu, q.limit.gpu_milli, "GPUs"),
-            (cpu, q.limit.cpu_milli, "millicores"),
-            (memory, q.limit.memory_mib, "MiB"),
-        ):
-            if limit != UNLIMITED and limit >= 0 and amount > limit:
-                shown = gpus(amount) if what == "GPUs" else str(amount)
-                cap = gpus(limit) if what == "GPUs" else str(limit)
-                return f"job needs {shown} {what} but queue '{q.name}' is limited to {cap}"
+    if state.policy == "gpuledger":
+        for q in state.ancestors(job.queue):
+            for amount, limit, what in (
+                (gpu, q.limit.gpu_milli, "GPUs"),
+                (cpu, q.limit.cpu_milli, "millicores"),
+                (memory, q.limit.memory_mib, "MiB"),
+            ):
+                if limit != UNLIMITED and limit >= 0 and amount > limit:
+                    shown = gpus(amount) if what == "GPUs" else str(amount)
+                    cap = gpus(limit) if what == "GPUs" else str(limit)
+                    return f"job needs {shown} {what} but queue '{q.name}' is limited to {cap}"
     nodes = [n for n in state.nodes.values() if not n.cordoned]
     if not nodes:
         return "the cluster has no schedulable nodes"
-    for pod in job.pods[: _required(job)]:
+    required, _ = split_gang(job)
+    for pod in required:
         reason = _pod_never_fits(nodes, pod)
         if reason is not None:
             return reason
@@ -185,7 +212,7 @@ def _pod_never_fits(nodes: list[Node], pod: PodSpec) -> str | None:
     selector = pod.node_selector
     matching = [n for n in nodes if selector_matches(n, selector)] if selector else nodes
     if not matching:
-        wanted = ", ".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
+        wanted = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return f"pod '{pod.name}': node selector {{{wanted}}} matches no schedulable node"
     if any(fits_capacity(n, pod, pod.gpu_milli) for n in matching):
         return None
@@ -205,31 +232,82 @@ def _required(job: Job) -> int:
     return job.min_members or len(job.pods)
 
 
-# --------------------------------------------------------------------------- gang policy
+# --------------------------------------------------------------------------- the gang policy
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on."""
+
+    job: str
+    start: int
+    nodes: dict[str, None]
 
 
 def _gang_policy(state: State, emit: Emit) -> None:
+    if state.config.stale_gang_eviction and state.stale:
+        _evict_stale_gangs(state, emit)
     shares = fair_shares(state)
-    blocked: dict[str, None] = {}
+    reservations: list[Reservation] = []
+    done: dict[str, None] = {}
+    cursor: dict[str, int] = {}
     leaves = [q for q in state.leaf_queues() if q.pending]
+    backfill = state.config.backfill
     while True:
-        candidates = [q for q in leaves if q.pending and q.name not in blocked]
+        candidates = [
+            q for q in leaves if q.name not in done and cursor.get(q.name, 0) < len(q.pending)
+        ]
         if not candidates:
             return
         queue = min(candidates, key=lambda q: _queue_order(q, shares))
-        job = state.jobs[queue.pending[0][2]]
-        if not _try_job(state, queue, job, shares, emit):
-            blocked[queue.name] = None
+        index = cursor.get(queue.name, 0)
+        job = state.jobs[queue.pending[index][2]]
+        if job.backoff_until > state.now:
+            _note_reason(
+                job,
+                f"backing off after {job.bind_failures} failed binds until "
+                f"{seconds(job.backoff_until)}",
+                emit,
+            )
+            cursor[queue.name] = index + 1
+            continue
+        if _try_job(state, queue, job, shares, emit, reservations):
+            continue  # the job left pending; the same index is now the next job
+        cursor[queue.name] = index + 1
+        if not backfill:
+            done[queue.name] = None  # first in, first out: the queue waits behind it
+            continue
+        if not any(r.job == job.job for r in reservations):
+            reservation = _reserve(state, job)
+            if reservation is not None:
+                reservations.append(reservation)
+                when = (
+                    "when running jobs end"
+                    if reservation.start == NEVER
+                    else seconds(reservation.start)
+                )
+                _note_reason(
+                    job,
+                    f"waiting for a reservation of {len(reservation.nodes)} nodes at {when}; "
+                    f"smaller jobs backfill the gap",
+                    emit,
+                )
 
 
-def _queue_order(queue: Queue, shares: Shares) -> tuple[int, int, int, str]:
-    """KAI's queue order: under deserved first, priority, share of fair share, name."""
-    allocated = queue.allocated[0]
-    deserved = shares.deserved[queue.name][0]
-    fair = shares.fair[queue.name][0]
-    under_deserved = 0 if allocated < deserved else 1
-    ratio = allocated * 1_000_000 // fair if fair > 0 else 1 << 62
-    return (under_deserved, -queue.priority, ratio, queue.name)
+def _queue_order(queue: Queue, shares: Shares) -> tuple[int, int, int, int, int, str]:
+    """KAI's queue order: below deserved, below fair share, priority, dominant share, age."""
+    allocated = queue.allocated
+    deserved = shares.deserved[queue.name]
+    fair = shares.fair[queue.name]
+    below_deserved = 0 if allocated[0] < deserved[0] else 1
+    below_fair = 0 if allocated[0] < fair[0] else 1
+    dominant = 0
+    for index in range(3):
+        if allocated[index]:
+            share = allocated[index] * 1_000_000 // fair[index] if fair[index] > 0 else NEVER
+            dominant = max(dominant, share)
+    head_seq = queue.pending[0][1] if queue.pending else NEVER
+    return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
 
 
 def _admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
@@ -258,19 +336,31 @@ def _admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> s
     return None
 
 
-def _try_job(state: State, queue: Queue, job: Job, shares: Shares, emit: Emit) -> bool:
+def _score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+    strategy = job.placement or queue.placement or state.config.placement
+    return spread_score if strategy == "spread" else binpack_score
+
+
+def _try_job(
+    state: State,
+    queue: Queue,
+    job: Job,
+    shares: Shares,
+    emit: Emit,
+    reservations: list[Reservation],
+) -> bool:
     reason = _admission_reason(state, queue, job, shares)
     if reason is not None:
         _note_reason(job, reason, emit)
         return False
-    required = _required(job)
-    stmt = Statement(state.nodes, score=binpack_score)
-    placements = stmt.place_gang(job, required)
+    stmt = Statement(state.nodes, score=_score_for(state, queue, job))
+    allowed = _allowed_nodes(state, job, reservations)
+    placements = stmt.place_gang(job, allowed)
     victims: list[tuple[Job, str]] = []
     if placements is None:
-        placements, victims = _make_room(state, queue, job, shares, stmt, required)
+        placements, victims = _make_room(state, queue, job, shares, stmt, allowed)
     if placements is None:
-        _note_reason(job, _capacity_reason(state, job, required), emit)
+        _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt.undo_all()
     for victim, rule in victims:
@@ -282,13 +372,75 @@ def _try_job(state: State, queue: Queue, job: Job, shares: Shares, emit: Emit) -
                 pods=tuple(victim.placements),
                 preemptor=job.job,
                 preemptor_queue=job.queue,
-                rule="reclaim" if rule == "reclaim" else "preempt",
+                rule=rule,
                 lost_gpu_ms=lost,
                 checkpointed_ms=kept,
             )
         )
-    emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))
+    backfill_for = ""
+    for r in reservations:
+        if any(p.node in r.nodes for p in placements):
+            backfill_for = r.job  # it runs in that reservation's gap and gives way to it
+            break
+    emit(
+        PodsAllocated(
+            job=job.job, queue=job.queue, placements=tuple(placements), backfill_for=backfill_for
+        )
+    )
     return True
+
+
+def _allowed_nodes(state: State, job: Job, reservations: list[Reservation]) -> list[Node] | None:
+    """Nodes the job may use without delaying a reservation (None: all of them).
+
+    A job that ends before a reservation starts, or is preemptible (it will give way when
+    the reservation starts), may use its nodes; any other job keeps off them.
+    """
+    if not reservations:
+        return None
+    blocked: dict[str, None] = {}
+    runtime = job.expected_runtime_ms
+    for r in reservations:
+        ends_in_time = runtime is not None and r.start != NEVER and state.now + runtime <= r.start
+        if not (ends_in_time or job.preemptible):
+            blocked.update(r.nodes)
+    if not blocked:
+        return None
+    return [n for n in state.nodes.values() if n.name not in blocked]
+
+
+def _reserve(state: State, job: Job) -> Reservation | None:
+    """EASY backfill: where and when the job could start as running jobs end.
+
+    Running jobs are released in order of expected end (those without an expected runtime
+    last, as if never); the first time the gang fits on what is then free is the
+    reservation's start, and the nodes it would get are held.
+    """
+    ends: list[tuple[int, int, str]] = []
+    for leaf in state.leaf_queues():
+        for job_id in leaf.active:
+            other = state.jobs[job_id]
+            if other.status not in ACTIVE:
+                continue
+            if other.expected_runtime_ms is None:
+                end = NEVER
+            else:
+                began = other.started_at if other.started_at is not None else state.now
+                end = max(state.now, began + other.expected_runtime_ms - other.checkpointed_ms)
+            ends.append((end, other.seq, job_id))
+    ends.sort()
+    stmt = Statement(state.nodes)
+    reservation: Reservation | None = None
+    for end, _, job_id in ends:
+        stmt.evict(state.jobs[job_id])
+        placed = stmt.place_gang(job)
+        if placed is not None:
+            reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
+            break
+    stmt.undo_all()
+    if reservation is not None and reservation.start != NEVER:
+        _wake(state, reservation.start)
+    return reservation
 
 
 def _note_reason(job: Job, reason: str, emit: Emit) -> None:
@@ -297,30 +449,47 @@ def _note_reason(job: Job, reason: str, emit: Emit) -> None:
         emit(JobUnschedulable(job=job.job, queue=job.queue, reason=reason))
 
 
-def _capacity_reason(state: State, job: Job, required: int) -> str:
+def _capacity_reason(state: State, job: Job) -> str:
     stmt = Statement(state.nodes)
     nodes = list(state.nodes.values())
+    required, _ = split_gang(job)
     fitted = 0
-    for pod in job.pods[:required]:
+    for pod in required:
         if stmt.place(job.job, pod, nodes) is None:
             break
         fitted += 1
     stmt.undo_all()
-    need = job.request[0]
+    shape = _shape(required)
     return (
-        f"waiting for capacity: gang needs {required} pods ({gpus(need)} GPUs), "
+        f"waiting for capacity: gang needs {len(required)} pods ({shape}), "
         f"free capacity fits {fitted} of them now"
     )
 
 
+def _shape(pods: list[PodSpec]) -> str:
+    """``4×8 GPUs`` or ``16 GPUs`` for a list of pods."""
+    sizes = {p.gpu_milli for p in pods}
+    if len(sizes) == 1 and len(pods) > 1:
+        return f"{len(pods)}×{gpus(pods[0].gpu_milli)} GPUs"
+    return f"{gpus(sum(p.gpu_milli for p in pods))} GPUs"
+
+
+# --------------------------------------------------------------------------- victims
+
+
 def _make_room(
-    state: State, queue: Queue, job: Job, shares: Shares, stmt: Statement, required: int
+    state: State,
+    queue: Queue,
+    job: Job,
+    shares: Shares,
+    stmt: Statement,
+    allowed: list[Node] | None,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
-    """Try reclaim, then preempt; the victims are the fewest that lose the least work."""
-    attempts: list[tuple[str, list[Job]]] = []
-    if state.reclaim:
+    """Evict the fewest, cheapest victims that let the gang start; never in vain."""
+    attempts: list[tuple[str, list[Job]]] = [("backfill", _backfilled_under(state, job))]
+    if state.config.reclaim:
         attempts.append(("reclaim", _reclaim_candidates(state, queue, job, shares)))
-    if state.preempt:
+    if state.config.preempt:
         attempts.append(("preempt", _preempt_candidates(state, queue, job)))
     for rule, candidates in attempts:
         if not candidates:
@@ -330,7 +499,7 @@ def _make_room(
         for victim in candidates:
             stmt.evict(victim)
             chosen.append(victim)
-            placements = stmt.place_gang(job, required)
+            placements = stmt.place_gang(job, allowed)
             if placements is not None:
                 break
         if placements is None:
@@ -342,13 +511,12 @@ def _make_room(
             stmt.undo_all()
             for v in trial:
                 stmt.evict(v)
-            attempt = stmt.place_gang(job, required)
-            if attempt is not None:
-                chosen, placements = trial, attempt
+            if stmt.place_gang(job, allowed) is not None:
+                chosen = trial
         stmt.undo_all()
         for v in chosen:
             stmt.evict(v)
-        placements = stmt.place_gang(job, required)
+        placements = stmt.place_gang(job, allowed)
         assert placements is not None
         return placements, [(v, rule) for v in chosen]
     return None, []
@@ -362,6 +530,40 @@ def _victim_order(state: State) -> Callable[[Job], tuple[int, int, int, str]]:
     return key
 
 
+def _protected(state: State, victim: Job, rule: str) -> bool:
+    """Min-runtime protection: a victim that started too recently keeps running."""
+    queue = state.queues.get(victim.queue)
+    if queue is None:
+        return False
+    floor = queue.reclaim_min_runtime_ms if rule == "reclaim" else queue.preempt_min_runtime_ms
+    if floor <= 0:
+        return False
+    began = victim.started_at if victim.started_at is not None else state.now
+    return state.now - began < floor
+
+
+def _backfilled_under(state: State, job: Job) -> list[Job]:
+    """Jobs backfilled into this job's reservation gap: they give way to it."""
+    victims = [
+        j
+        for leaf in state.leaf_queues()
+        for j in (state.jobs[v] for v in leaf.active)
+        if j.backfill_for == job.job and j.preemptible and j.status in ACTIVE
+    ]
+    victims.sort(key=_victim_order(state))
+    return victims
+
+
+def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue] | None:
+    """The two queues just below the lowest common ancestor of ``a`` and ``b``."""
+    chain_a = list(reversed(state.ancestors(a)))
+    chain_b = list(reversed(state.ancestors(b)))
+    for qa, qb in zip(chain_a, chain_b, strict=False):
+        if qa.name != qb.name:
+            return qa, qb
+    return None
+
+
 def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) -> list[Job]:
     """Victims in other queues that reclaim may take from, cheapest first.
 
@@ -369,39 +571,66 @@ def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) ->
     within its fair share, and each victim queue is above its fair share and keeps a
     saturation (allocated / fair share) at least the reclaimer's after the move, so the
     queues' order is preserved; **quota reclaim** — the reclaiming queue stays within its
-    deserved quota and takes only from queues above their deserved quota.
+    deserved quota and takes only from queues above their deserved quota. Both checks hold
+    at the leaves and again where the two queues' branches meet (the siblings below their
+    lowest common ancestor), so a subtree is not drained below its own share.
     """
     need = job.request[0]
-    after = queue.allocated[0] + need
-    fair = shares.fair[queue.name][0]
-    by_fair_share = after <= fair
-    by_quota = after <= shares.deserved[queue.name][0]
+    by_fair_share = queue.allocated[0] + need <= shares.fair[queue.name][0]
+    by_quota = queue.allocated[0] + need <= shares.deserved[queue.name][0]
     if not (by_fair_share or by_quota):
         return []
     candidates: list[Job] = []
     for other in state.leaf_queues():
         if other.name == queue.name or not other.active:
             continue
-        over_fair = other.allocated[0] > shares.fair[other.name][0]
-        over_quota = other.allocated[0] > shares.deserved[other.name][0]
-        if not ((by_fair_share and over_fair) or (by_quota and over_quota)):
-            continue
         for victim_id in other.active:
             victim = state.jobs[victim_id]
-            if victim.preemptible and victim.status in ACTIVE:
+            if (
+                victim.preemptible
+                and victim.status in ACTIVE
+                and not _protected(state, victim, "reclaim")
+            ):
                 candidates.append(victim)
     candidates.sort(key=_victim_order(state))
     taken: dict[str, int] = {}
     allowed: list[Job] = []
     for victim in candidates:
-        other = state.queues[victim.queue]
-        left = other.allocated[0] - taken.get(other.name, 0) - _held_gpu(victim)
-        keeps_order = left * max(fair, 1) >= after * max(shares.fair[other.name][0], 1)
-        quota_ok = by_quota and other.allocated[0] > shares.deserved[other.name][0]
-        if (by_fair_share and keeps_order) or quota_ok:
-            taken[other.name] = taken.get(other.name, 0) + _held_gpu(victim)
+        held = _held_gpu(victim)
+        levels = [(queue, state.queues[victim.queue])]
+        branches = _lowest_common_children(state, queue.name, victim.queue)
+        if branches is not None and branches[0] is not queue:
+            levels.append(branches)
+        if all(
+            _may_take(shares, mine, theirs, need, taken.get(theirs.name, 0) + held,
+                      by_fair_share, by_quota)
+            for mine, theirs in levels
+        ):  # fmt: skip
+            for _, theirs in levels:
+                taken[theirs.name] = taken.get(theirs.name, 0) + held
             allowed.append(victim)
     return allowed
+
+
+def _may_take(
+    shares: Shares,
+    mine: Queue,
+    theirs: Queue,
+    need: int,
+    taking: int,
+    by_fair_share: bool,
+    by_quota: bool,
+) -> bool:
+    """May ``mine`` (gaining ``need``) take ``taking`` GPUs from ``theirs``?"""
+    their_alloc = theirs.allocated[0]
+    their_fair = shares.fair[theirs.name][0]
+    if by_fair_share and their_alloc > their_fair:
+        after_mine = mine.allocated[0] + need
+        after_theirs = their_alloc - taking
+        mine_fair = max(shares.fair[mine.name][0], 1)
+        if after_theirs * mine_fair >= after_mine * max(their_fair, 1):
+            return True
+    return by_quota and their_alloc > shares.deserved[theirs.name][0]
 
 
 def _preempt_candidates(state: State, queue: Queue, job: Job) -> list[Job]:
@@ -412,6 +641,7 @@ def _preempt_candidates(state: State, queue: Queue, job: Job) -> list[Job]:
         if state.jobs[v].preemptible
         and state.jobs[v].priority < job.priority
         and state.jobs[v].status in ACTIVE
+        and not _protected(state, state.jobs[v], "preempt")
     ]
     candidates.sort(key=_victim_order(state))
     return candidates
@@ -421,35 +651,31 @@ def _held_gpu(job: Job) -> int:
     return sum(slot.milli for p in job.placements.values() for slot in p.gpus)
 
 
-# --------------------------------------------------------------------------- fifo
+# --------------------------------------------------------------------------- stale gangs
 
 
-def _fifo(state: State, emit: Emit) -> None:
-    stmt = Statement(state.nodes, fractional=False, score=spread_score)
-    nodes = list(state.nodes.values())
-    failed: list[tuple[int, int, int]] = []
-    for _, _, job_id in list(state.pending):
+def _evict_stale_gangs(state: State, emit: Emit) -> None:
+    """A running gang below its minimum for longer than the grace period is evicted whole,
+    so it can be placed again instead of holding GPUs it cannot use."""
+    grace = state.config.stale_gang_grace_ms
+    for job_id in list(state.stale):
         job = state.jobs[job_id]
-        placed: list[PodPlacement] = []
-        for pod in job.pods:
-            if pod.name in job.placements or not _may_fit(pod, failed):
-                continue
-            placement = stmt.place(job.job, pod, nodes)
-            if placement is None:
-                if not pod.node_selector and len(failed) < 16:
-                    failed.append((effective_gpu_milli(pod, False), pod.cpu_milli, pod.memory_mib))
-                continue
-            placed.append(placement)
-        if placed:
-            stmt.undo_all()
-            emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placed)))
-
-
-def _may_fit(pod: PodSpec, failed: list[tuple[int, int, int]]) -> bool:
-    """False if a pod no larger than this one already failed this cycle.
-
-    Within a cycle free capacity only shrinks, so a pod at least as large in every
-    resource as one that did not fit cannot fit either.
-    """
-    gpu = effective_gpu_milli(pod, False)
-    return not any(gpu >= g and pod.cpu_milli >= c and pod.memory_mib >= m for g, c, m in failed)
+        since = job.stale_since
+        if since is None or job.status != RUNNING:
+            continue
+        if state.now - since < grace:
+            _wake(state, since + grace)
+            continue
+        lost, kept = lost_work(job, state.now)
+        emit(
+            JobPreempted(
+                job=job.job,
+                queue=job.queue,
+                pods=tuple(p for p in job.placements if p not in job.finished),
+                preemptor="",
+                preemptor_queue="",
+                rule="stale-gang",
+                lost_gpu_ms=lost,
+                checkpointed_ms=kept,
+            )
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 
-from events.model import MILLI, PodPlacement, PodSpec, Resources
+from events.model import MILLI, PodPlacement, PodSpec, PolicyConfigured, Resources
 
 PRIORITY_CLASSES: dict[str, int] = {
     "train": 50,
@@ -59,6 +59,8 @@ class Node:
     labels: dict[str, str]
     gpu_model: str = ""
     gpu_memory_mib: int = 0
+    taints: tuple[tuple[str, str], ...] = ()
+    """(key, value) of each taint a pod must tolerate."""
     cordoned: bool = False
     free_devices: list[int] = field(default_factory=list)
     free_cpu: int = 0
@@ -82,6 +84,9 @@ class Queue:
     over_quota_weight: int
     limit: Resources
     priority: int
+    preempt_min_runtime_ms: int = 0
+    reclaim_min_runtime_ms: int = 0
+    placement: str = ""
     children: list[str] = field(default_factory=list)
     """Sorted child names."""
     allocated: list[int] = field(default_factory=lambda: [0, 0, 0])
@@ -121,6 +126,19 @@ class Job:
     preemptions: int = 0
     reason: str = ""
     """The last non-final unschedulable reason recorded."""
+    min_per_group: dict[str, int] = field(default_factory=dict)
+    topology_key: str = ""
+    topology_required: bool = False
+    placement: str = ""
+    allocated_at: int | None = None
+    """When the current attempt's gang was allocated."""
+    bind_failures: int = 0
+    backoff_until: int = 0
+    """No placement before this time (after failed binds)."""
+    backfill_for: str = ""
+    """The job whose reservation this one was backfilled under (current attempt)."""
+    stale_since: int | None = None
+    """When a running gang fell below its minimum."""
 
     @property
     def request(self) -> tuple[int, int, int]:
@@ -143,8 +161,8 @@ class State:
 
     now: int = 0
     policy: str = "gpuledger"
-    reclaim: bool = True
-    preempt: bool = True
+    config: PolicyConfigured = field(default_factory=PolicyConfigured)
+    """The policy knobs in force (the last ``policy_configured``)."""
     nodes: dict[str, Node] = field(default_factory=dict)
     queues: dict[str, Queue] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
@@ -157,6 +175,15 @@ class State:
     """Cache: (topology, the schedulable nodes with nothing on them)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
+    stale: dict[str, None] = field(default_factory=dict)
+    """Running gangs below their minimum, by when they fell (insertion order)."""
+    wakeup: int | None = None
+    """The earliest time a time-based rule needs a cycle (None: none pending)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Time-based fair share: decayed GPU-milli·ms used per queue."""
+    usage_at: int = 0
+    usage_alloc: dict[str, int] = field(default_factory=dict)
+    """GPU allocation per queue at the end of the last cycle (accrues until the next)."""
     fresh: list[str] = field(default_factory=list)
     """Jobs submitted since the last cycle, to be checked for 'can never fit'."""
     dirty: bool = True

@@ -1,0 +1,86 @@
+"""Baseline policies, run on the same core to show what the gang policy adds.
+
+``fifo``
+    a faithful model of the default kube-scheduler: no queues, no gangs, no preemption.
+    Pods are placed one by one in priority-then-creation order on the least allocated
+    node; a pod that does not fit is skipped, so gangs can hold GPUs half-placed. A
+    fractional GPU request takes a whole device (``nvidia.com/gpu`` is an integer).
+
+``drf``
+    flat dominant-resource fairness with gangs: every leaf queue is one user; the queue
+    with the lowest dominant share (its largest share of any resource of the cluster)
+    goes next; its head gang is placed all-or-nothing by bin packing. No hierarchy, no
+    quotas or limits, no reclaim or preemption, no backfill: a queue whose head does not
+    fit waits behind it for the cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from events.model import Event, PodPlacement, PodsAllocated, PodSpec
+from scheduler.core.fairshare import capacity
+from scheduler.core.placement import Statement, effective_gpu_milli, spread_score
+from scheduler.core.state import Queue, State
+
+Emit = Callable[[Event], None]
+
+
+def fifo(state: State, emit: Emit) -> None:
+    """Place pending pods one by one, creation order, least allocated node first."""
+    stmt = Statement(state.nodes, fractional=False, score=spread_score)
+    nodes = list(state.nodes.values())
+    failed: list[tuple[int, int, int]] = []
+    for _, _, job_id in list(state.pending):
+        job = state.jobs[job_id]
+        placed: list[PodPlacement] = []
+        for pod in job.pods:
+            if pod.name in job.placements or not _may_fit(pod, failed):
+                continue
+            placement = stmt.place(job.job, pod, nodes)
+            if placement is None:
+                if not pod.node_selector and not pod.tolerations and len(failed) < 16:
+                    failed.append((effective_gpu_milli(pod, False), pod.cpu_milli, pod.memory_mib))
+                continue
+            placed.append(placement)
+        if placed:
+            stmt.undo_all()
+            emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placed)))
+
+
+def _may_fit(pod: PodSpec, failed: list[tuple[int, int, int]]) -> bool:
+    """False if a pod no larger than this one already failed this cycle.
+
+    Within a cycle free capacity only shrinks, so a pod at least as large in every
+    resource as one that did not fit cannot fit either.
+    """
+    gpu = effective_gpu_milli(pod, False)
+    return not any(gpu >= g and pod.cpu_milli >= c and pod.memory_mib >= m for g, c, m in failed)
+
+
+def drf(state: State, emit: Emit) -> None:
+    """Dominant-resource fair share over leaf queues, gangs all-or-nothing."""
+    total = capacity(state)
+    done: dict[str, None] = {}
+    leaves = [q for q in state.leaf_queues() if q.pending]
+
+    def dominant(queue: Queue) -> tuple[int, int, str]:
+        share = max(
+            (queue.allocated[i] * 1_000_000 // total[i] for i in range(3) if total[i] > 0),
+            default=0,
+        )
+        return (share, queue.pending[0][1], queue.name)
+
+    while True:
+        candidates = [q for q in leaves if q.pending and q.name not in done]
+        if not candidates:
+            return
+        queue = min(candidates, key=dominant)
+        job = state.jobs[queue.pending[0][2]]
+        stmt = Statement(state.nodes)
+        placements = stmt.place_gang(job)
+        if placements is None:
+            done[queue.name] = None
+            continue
+        stmt.undo_all()
+        emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))
