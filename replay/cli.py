@@ -12,14 +12,17 @@ from typing import Any
 
 import msgspec
 
+from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
     ConfigError,
+    PolicyFile,
     QueuesFile,
     WorkloadFile,
     json_schema,
     kinds,
     load,
+    policy_event,
 )
 from scheduler.core.policy import POLICIES
 
@@ -33,6 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--queues", required=True, help="queues.yaml")
     p.add_argument("--workload", required=True, help="workload.yaml")
     p.add_argument("--policy", default="gpuledger", choices=POLICIES, help="default: gpuledger")
+    p.add_argument("--policy-file", help="policy.yaml: the policy's knobs (docs/formats.md)")
     p.add_argument("--ledger", required=True, help="directory for the new ledger")
     p.add_argument("--seed", type=int, help="override the workload's seed")
     p.add_argument("--db", help="also project the ledger into this DuckDB file and report")
@@ -99,7 +103,7 @@ def simulate_to(
     cluster: ClusterFile,
     queues: QueuesFile,
     workload: WorkloadFile,
-    policy: str,
+    policy: str | PolicyConfigured,
     ledger: Path,
     *,
     show_progress: bool = False,
@@ -124,10 +128,15 @@ def _simulate(args: argparse.Namespace) -> int:
     cluster, queues, workload = _load_inputs(args.cluster, args.queues, args.workload)
     if args.seed is not None:
         workload = msgspec.structs.replace(workload, seed=args.seed)
+    try:
+        knobs = load(args.policy_file, PolicyFile) if args.policy_file else PolicyFile()
+        policy = policy_event(args.policy, knobs)
+    except ConfigError as exc:
+        raise _cli_error(str(exc)) from exc
     ledger = Path(args.ledger)
     _fresh_dir(ledger, args.force)
     started = time.perf_counter()
-    result = simulate_to(cluster, queues, workload, args.policy, ledger, show_progress=True)
+    result = simulate_to(cluster, queues, workload, policy, ledger, show_progress=True)
     elapsed = time.perf_counter() - started
     print(
         f"{result.policy}: {result.jobs} jobs, {result.cycles} cycles, {result.records} ledger "

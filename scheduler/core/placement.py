@@ -22,11 +22,24 @@ def selector_matches(node: Node, selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def effective_gpu_milli(pod: PodSpec, fractional: bool) -> int:
-    """What the pod takes: a fraction rounds up to a whole device without fractional GPUs."""
-    if pod.gpu_milli and pod.gpu_milli < MILLI and not fractional:
+def effective_gpu_milli(pod: PodSpec, fractional: bool, node: Node | None = None) -> int:
+    """What the pod takes of a device on ``node``.
+
+    Without fractional GPUs a fraction rounds up to a whole device. A pod that asks for
+    device memory instead of a fraction takes the share of one device that memory is on
+    that node (so more of a small GPU than of a large one); with no node, or a node that
+    does not report GPU memory, that share is unknown and counted as a whole device.
+    """
+    milli = pod.gpu_milli
+    if not milli and pod.gpu_memory_mib:
+        memory = node.gpu_memory_mib if node is not None else 0
+        if memory <= 0 or pod.gpu_memory_mib > memory:
+            milli = MILLI if memory <= 0 else MILLI + 1  # unknown: one device; too big: none
+        else:
+            milli = -(-pod.gpu_memory_mib * MILLI // memory)
+    if milli and milli < MILLI and not fractional:
         return MILLI
-    return pod.gpu_milli
+    return milli
 
 
 def fits_capacity(node: Node, pod: PodSpec, gpu_milli: int) -> bool:
@@ -195,12 +208,17 @@ class Statement:
 
     def place(self, job: str, pod: PodSpec, candidates: Iterable[Node]) -> PodPlacement | None:
         """Put one pod on the best candidate node now, or return None."""
+        by_memory = not pod.gpu_milli and pod.gpu_memory_mib > 0
         gpu = effective_gpu_milli(pod, self.fractional)
-        whole = gpu // MILLI if gpu >= MILLI else 0
         best: Node | None = None
+        best_gpu = 0
         best_score: tuple[int, str] | None = None
-        fraction = 0 < gpu < MILLI
         for node in candidates:
+            if by_memory:
+                gpu = effective_gpu_milli(pod, self.fractional, node)
+                if gpu > MILLI:
+                    continue  # the pod's memory does not fit one of this node's devices
+            whole = gpu // MILLI if gpu >= MILLI else 0
             # cheap counters first: most nodes of a busy cluster fail here
             if node.free_whole < whole or node.free_gpu_milli < gpu:
                 continue
@@ -208,14 +226,14 @@ class Statement:
                 continue
             # whole GPUs fit whenever enough devices are entirely free (checked above);
             # a fraction needs one device with room, so only fractions look at devices
-            if fraction and choose_slots(node, gpu) is None:
+            if 0 < gpu < MILLI and choose_slots(node, gpu) is None:
                 continue
             score = self.score(node, gpu)
             if best_score is None or score < best_score:
-                best, best_score = node, score
+                best, best_gpu, best_score = node, gpu, score
         if best is None:
             return None
-        slots = choose_slots(best, gpu)
+        slots = choose_slots(best, best_gpu)
         assert slots is not None
         take(best, job, pod, slots)
         self.steps.append(_Step(best, job, pod, slots, taken=True))
@@ -256,6 +274,20 @@ class Statement:
             placement = self.place(job.job, pod, nodes)
             if placement is not None:
                 placed.append(placement)
+        return placed
+
+    def place_pods(
+        self, job: str, pods: list[PodSpec], nodes: list[Node]
+    ) -> list[PodPlacement] | None:
+        """Place exactly these pods, all or none (used to move a running job)."""
+        point = self.checkpoint()
+        placed: list[PodPlacement] = []
+        for pod in pods:
+            placement = self.place(job, pod, nodes)
+            if placement is None:
+                self.rollback(point)
+                return None
+            placed.append(placement)
         return placed
 
     def evict(self, job: Job) -> None:

@@ -214,6 +214,13 @@ def _pod_never_fits(nodes: list[Node], pod: PodSpec) -> str | None:
     if not matching:
         wanted = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return f"pod '{pod.name}': node selector {{{wanted}}} matches no schedulable node"
+    if pod.gpu_memory_mib and not pod.gpu_milli:
+        largest_memory = max(n.gpu_memory_mib for n in matching)
+        if pod.gpu_memory_mib > largest_memory:
+            return (
+                f"pod '{pod.name}' needs {pod.gpu_memory_mib} MiB of one GPU but the largest "
+                f"matching GPU has {largest_memory} MiB"
+            )
     if any(fits_capacity(n, pod, pod.gpu_milli) for n in matching):
         return None
     largest = max(n.gpus for n in matching)
@@ -357,8 +364,12 @@ def _try_job(
     allowed = _allowed_nodes(state, job, reservations)
     placements = stmt.place_gang(job, allowed)
     victims: list[tuple[Job, str]] = []
+    moves: list[tuple[Job, list[PodPlacement]]] = []
     if placements is None:
         placements, victims = _make_room(state, queue, job, shares, stmt, allowed)
+    if placements is None and state.config.consolidation:
+        placements, moves = _consolidate(state, job, stmt, allowed)
+        victims = [(moved, "consolidation") for moved, _ in moves]
     if placements is None:
         _note_reason(job, _capacity_reason(state, job), emit)
         return False
@@ -377,6 +388,8 @@ def _try_job(
                 checkpointed_ms=kept,
             )
         )
+    for moved, where in moves:
+        emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
     backfill_for = ""
     for r in reservations:
         if any(p.node in r.nodes for p in placements):
@@ -519,6 +532,47 @@ def _make_room(
         placements = stmt.place_gang(job, allowed)
         assert placements is not None
         return placements, [(v, rule) for v in chosen]
+    return None, []
+
+
+def _consolidate(
+    state: State, job: Job, stmt: Statement, allowed: list[Node] | None
+) -> tuple[list[PodPlacement] | None, list[tuple[Job, list[PodPlacement]]]]:
+    """Defragment: move preemptible running jobs so the gang fits, only if every moved
+    job is placed again at once (elsewhere); otherwise move nothing."""
+    if sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned) < job.request[0]:
+        return None, []  # not fragmentation: there is not enough free GPU in total
+    candidates = [
+        state.jobs[v]
+        for leaf in state.leaf_queues()
+        for v in leaf.active
+        if state.jobs[v].preemptible
+        and state.jobs[v].status in ACTIVE
+        and not _protected(state, state.jobs[v], "preempt")
+    ]
+    candidates.sort(key=_victim_order(state))
+    everywhere = list(state.nodes.values())
+    moved: list[Job] = []
+    for victim in candidates:
+        stmt.evict(victim)
+        moved.append(victim)
+        point = stmt.checkpoint()
+        placements = stmt.place_gang(job, allowed)
+        if placements is None:
+            continue
+        moves: list[tuple[Job, list[PodPlacement]]] = []
+        for other in moved:
+            pods = [p for p in other.pods if p.name in other.placements]
+            where = stmt.place_pods(other.job, pods, everywhere)
+            if where is None:
+                break
+            moves.append((other, where))
+        if len(moves) == len(moved):
+            # a job that would land exactly where it is did not need to move
+            changed = [(o, w) for o, w in moves if w != list(o.placements.values())]
+            return placements, changed
+        stmt.rollback(point)
+    stmt.undo_all()
     return None, []
 
 

@@ -142,9 +142,13 @@ class Job:
 
     @property
     def request(self) -> tuple[int, int, int]:
-        """Total [gpu_milli, cpu_milli, memory_mib] over all pods."""
+        """Total [gpu_milli, cpu_milli, memory_mib] over all pods.
+
+        A pod asking for GPU memory rather than a fraction counts as one device here (its
+        real share depends on the node it lands on; quotas charge the real slots).
+        """
         return (
-            sum(p.gpu_milli for p in self.pods),
+            sum(p.gpu_milli or (MILLI if p.gpu_memory_mib else 0) for p in self.pods),
             sum(p.cpu_milli for p in self.pods),
             sum(p.memory_mib for p in self.pods),
         )
