@@ -17,8 +17,24 @@ from events.model import (
 from scheduler.engine import Engine
 
 
-def node(name: str, gpus: int = 8, cpu: int = 0, memory: int = 0, **labels: str) -> NodeRegistered:
-    return NodeRegistered(node=name, gpus=gpus, cpu_milli=cpu, memory_mib=memory, labels=labels)
+def node(
+    name: str,
+    gpus: int = 8,
+    cpu: int = 0,
+    memory: int = 0,
+    taints: tuple[str, ...] = (),
+    gpu_memory: int = 0,
+    **labels: str,
+) -> NodeRegistered:
+    return NodeRegistered(
+        node=name,
+        gpus=gpus,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        labels=labels,
+        taints=taints,
+        gpu_memory_mib=gpu_memory,
+    )
 
 
 def queue(
@@ -29,6 +45,9 @@ def queue(
     weight: int = 1,
     limit: float | None = None,
     priority: int = 0,
+    placement: str = "",
+    reclaim_min_runtime_s: int = 0,
+    preempt_min_runtime_s: int = 0,
 ) -> QueueConfigured:
     return QueueConfigured(
         queue=name,
@@ -40,6 +59,9 @@ def queue(
             gpu_milli=-1 if limit is None else round(limit * 1000), cpu_milli=-1, memory_mib=-1
         ),
         priority=priority,
+        placement=placement,
+        reclaim_min_runtime_ms=reclaim_min_runtime_s * 1000,
+        preempt_min_runtime_ms=preempt_min_runtime_s * 1000,
     )
 
 
@@ -54,6 +76,14 @@ def job(
     preemptible: bool | None = None,
     checkpoint_s: int | None = None,
     cpu: int = 0,
+    runtime_s: int | None = None,
+    groups: tuple[str, ...] = (),
+    min_per_group: dict[str, int] | None = None,
+    topology: str = "",
+    topology_required: bool = False,
+    placement: str = "",
+    tolerations: tuple[str, ...] = (),
+    gpu_memory: int = 0,
 ) -> JobSubmitted:
     return JobSubmitted(
         job=name,
@@ -64,6 +94,9 @@ def job(
                 gpu_milli=round(gpus * 1000),
                 cpu_milli=cpu,
                 node_selector=selector or {},
+                group=groups[k] if groups else "",
+                tolerations=tolerations,
+                gpu_memory_mib=gpu_memory,
             )
             for k in range(pods)
         ),
@@ -71,15 +104,21 @@ def job(
         priority_class=cls,
         preemptible=preemptible,
         checkpoint_interval_ms=None if checkpoint_s is None else checkpoint_s * 1000,
+        expected_runtime_ms=None if runtime_s is None else runtime_s * 1000,
+        min_per_group=min_per_group or {},
+        topology_key=topology,
+        topology_required=topology_required,
+        placement=placement,
     )
 
 
 class World:
     """An engine with a clock; ``at(t, *events)`` runs one cycle and returns its decisions."""
 
-    def __init__(self, *setup: Event, policy: str = "gpuledger") -> None:
+    def __init__(self, *setup: Event, policy: str = "gpuledger", **knobs: object) -> None:
         self.engine = Engine()
-        self.engine.step([(PolicyConfigured(policy=policy), 0), *((e, 0) for e in setup)], 0)
+        config = PolicyConfigured(policy=policy, **knobs)  # type: ignore[arg-type]
+        self.engine.step([(config, 0), *((e, 0) for e in setup)], 0)
 
     @property
     def state(self):  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from events.memlog import MemoryLedger
+from events.model import PolicyConfigured
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
 from replay.sim import SimResult, Simulation
 
@@ -21,7 +22,10 @@ def demo_inputs() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
 
 
 def simulate(
-    cluster: ClusterFile, queues: QueuesFile, workload: WorkloadFile, policy: str
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policy: str | PolicyConfigured,
 ) -> tuple[SimResult, ListLedger]:
     ledger = ListLedger()
     result = Simulation(cluster, queues, workload, policy, ledger, flush_every=1).run()

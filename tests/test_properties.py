@@ -21,7 +21,16 @@ from events.model import (
     PodsAllocated,
     QueueConfigured,
 )
-from replay.config import ClusterFile, JobSpec, NodeGroup, QueuesFile, QueueSpec, WorkloadFile
+from replay.config import (
+    ClusterFile,
+    JobSpec,
+    NodeGroup,
+    PolicyFile,
+    QueuesFile,
+    QueueSpec,
+    WorkloadFile,
+    policy_event,
+)
 from replay.verify import run as replay
 from tests.simkit import simulate
 
@@ -151,10 +160,11 @@ def check_invariants(ledger_records: list, gang: bool) -> dict[str, int]:  # typ
                 if cycle_start is None:
                     cycle_start = dict(queue_gpu)
                 spec = jobs[j]
-                assert spec.preemptible is not False
-                assert spec.priority_class in ("train", "build-preemptible"), (
-                    f"{j} ({spec.priority_class}) is non-preemptible but was evicted"
-                )
+                if rule != "stale-gang":  # a broken gang is evicted whatever its class
+                    assert spec.preemptible is not False
+                    assert spec.priority_class in ("train", "build-preemptible"), (
+                        f"{j} ({spec.priority_class}) is non-preemptible but was evicted"
+                    )
                 if rule == "reclaim":
                     q = spec.queue
                     assert cycle_start[q] > deserved[q], f"reclaimed from {q} at/below deserved"
@@ -170,10 +180,20 @@ def check_invariants(ledger_records: list, gang: bool) -> dict[str, int]:  # typ
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_gang_policy_invariants_hold_and_the_ledger_replays(scenario) -> None:  # type: ignore[no-untyped-def]
+@given(
+    scenarios(),
+    st.builds(
+        PolicyFile,
+        backfill=st.booleans(),
+        consolidation=st.booleans(),
+        stale_gang_eviction=st.booleans(),
+        placement=st.sampled_from(["binpack", "spread"]),
+        half_life_s=st.sampled_from([0, 600]),
+    ),
+)
+def test_gang_policy_invariants_hold_and_the_ledger_replays(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
     cluster, queues, workload = scenario
-    _, ledger = simulate(cluster, queues, workload, "gpuledger")
+    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
     check_invariants(ledger.records, gang=True)
     result = replay(ledger)
     assert result.ok, result.mismatch and result.mismatch.diff()

@@ -198,6 +198,8 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: 
         gpu = sum(slot.milli for slot in placement.gpus)
         for queue in chain:
             _add(queue, gpu, spec.cpu_milli, spec.memory_mib)
+            if not job.preemptible:
+                queue.allocated_np += gpu
     # Without gangs (fifo) a job counts as allocated only once every pod is placed.
     required = len(job.pods) if state.policy == "fifo" else _required(job)
     if job.status == PENDING and len(job.placements) >= required:
@@ -246,6 +248,8 @@ def _release_pod(
     gpu = sum(slot.milli for slot in placement.gpus)
     for queue in chain:
         _add(queue, -gpu, -spec.cpu_milli, -spec.memory_mib)
+        if not job.preemptible:
+            queue.allocated_np -= gpu
 
 
 def _requeue(state: State, job: Job) -> None:

@@ -332,13 +332,15 @@ def _admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> s
                     f"{fmt(limit)} {what} in use, job needs {fmt(amount)}"
                 )
     if not job.preemptible:
+        # Only non-preemptible work counts against the quota here: preemptible jobs of
+        # the same queue can be preempted to make room.
         for q in state.ancestors(queue.name):
             deserved = shares.deserved[q.name][0]
-            if q.allocated[0] + gpu > deserved:
+            if q.allocated_np + gpu > deserved:
                 return (
                     f"non-preemptible job waits for deserved quota of '{q.name}': "
-                    f"{gpus(q.allocated[0])} of {gpus(deserved)} GPUs in use, "
-                    f"job needs {gpus(gpu)}"
+                    f"{gpus(q.allocated_np)} of {gpus(deserved)} GPUs held by "
+                    f"non-preemptible jobs, job needs {gpus(gpu)}"
                 )
     return None
 

@@ -91,6 +91,8 @@ class Queue:
     """Sorted child names."""
     allocated: list[int] = field(default_factory=lambda: [0, 0, 0])
     """[gpu_milli, cpu_milli, memory_mib] allocated to this queue's subtree."""
+    allocated_np: int = 0
+    """GPU milli of non-preemptible jobs in this subtree (they must stay within quota)."""
     pending: list[tuple[int, int, str]] = field(default_factory=list)
     """Pending jobs of this (leaf) queue as sorted (-priority, seq, job id)."""
     active: dict[str, None] = field(default_factory=dict)
