@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="override the workload's seed")
     p.add_argument("--db", help="also project the ledger into this DuckDB file and report")
     p.add_argument("--force", action="store_true", help="replace an existing ledger directory")
+    p.add_argument(
+        "--no-fairness", action="store_true", help="skip the fair-share convergence table"
+    )
     p.set_defaults(func=_simulate)
 
     p = sub.add_parser("replay", help="re-run a ledger's inputs through the core")
@@ -107,6 +110,7 @@ def simulate_to(
     ledger: Path,
     *,
     show_progress: bool = False,
+    observe: Any = None,
 ) -> Any:
     """Run a simulation into a new ledger directory; returns the SimResult."""
     from events.filelog import FileLedger  # noqa: PLC0415  # heavy imports only when used
@@ -116,7 +120,7 @@ def simulate_to(
         with FileLedger.open(ledger) as writer:
             sim = Simulation(cluster, queues, workload, policy, writer)
             progress = _progress(time.perf_counter()) if show_progress else None
-            result = sim.run(progress=progress)
+            result = sim.run(progress=progress, observe=observe)
     except ConfigError as exc:
         raise _cli_error(str(exc)) from exc
     if show_progress:
@@ -135,14 +139,30 @@ def _simulate(args: argparse.Namespace) -> int:
         raise _cli_error(str(exc)) from exc
     ledger = Path(args.ledger)
     _fresh_dir(ledger, args.force)
+    from projections.report import render_table  # noqa: PLC0415
+    from replay.fairness import FairnessMonitor  # noqa: PLC0415
+
+    monitor = None if args.no_fairness else FairnessMonitor()
     started = time.perf_counter()
-    result = simulate_to(cluster, queues, workload, policy, ledger, show_progress=True)
+    result = simulate_to(
+        cluster,
+        queues,
+        workload,
+        policy,
+        ledger,
+        show_progress=True,
+        observe=monitor.observe if monitor is not None else None,
+    )
     elapsed = time.perf_counter() - started
     print(
         f"{result.policy}: {result.jobs} jobs, {result.cycles} cycles, {result.records} ledger "
         f"records, simulated {result.end_ms / 3_600_000:.1f} h in {elapsed:.2f} s"
     )
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
+    print(result.gang_summary())
+    if monitor is not None and monitor.rows():
+        print("\nfair share under contention (queue has work waiting that free GPUs cannot hold):")
+        print(render_table(monitor.rows(), list(monitor.rows()[0])))
     print(f"ledger: {ledger}")
     if args.db:
         from events.filelog import open_reader  # noqa: PLC0415

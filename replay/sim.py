@@ -57,7 +57,7 @@ from replay.config import (
     queue_events,
 )
 from scheduler.core.policy import POLICIES
-from scheduler.core.state import ACTIVE, RUNNING
+from scheduler.core.state import ACTIVE, RUNNING, State
 from scheduler.engine import Engine
 
 SECOND = 1000
@@ -218,6 +218,27 @@ class SimResult:
     cycles: int
     end_ms: int
     statuses: dict[str, int] = field(default_factory=dict)
+    time_to_ready_ms: dict[str, int] = field(default_factory=dict)
+    """Per job that ever ran: submission until its gang first ran."""
+    gpus: dict[str, int] = field(default_factory=dict)
+    """Per job: GPU milli requested."""
+
+    def gang_summary(self) -> str:
+        """The largest gang's time-to-ready and the small jobs' p90, on one line."""
+        if not self.gpus:
+            return "no jobs"
+        largest = max(self.gpus, key=lambda j: (self.gpus[j], j))
+        small = sorted(
+            t for j, t in self.time_to_ready_ms.items() if self.gpus[j] <= 1000 and j != largest
+        )
+        big = self.time_to_ready_ms.get(largest)
+        big_text = f"{big / 1000:,.0f} s" if big is not None else "never ran"
+        p90 = small[min(len(small) - 1, (len(small) * 9) // 10)] / 1000 if small else 0.0
+        return (
+            f"largest gang {largest} ({self.gpus[largest] // 1000} GPUs): time to ready "
+            f"{big_text}; jobs of at most 1 GPU: p90 time to ready {p90:,.0f} s "
+            f"({len(small)} jobs)"
+        )
 
 
 Progress = Callable[[int, int, int], None]
@@ -258,13 +279,19 @@ class Simulation:
         self._finishing: dict[str, int] = {}
         self._nodes_of: dict[str, dict[str, str]] = {}
         self._ticks: dict[int, None] = {}
+        self.ready: dict[str, int] = {}
         self.cycles = 0
 
     def _push(self, at: int, event: Event, attempt: int = -1) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, event, attempt))
 
-    def run(self, progress: Progress | None = None, progress_every: int = 20_000) -> SimResult:
+    def run(
+        self,
+        progress: Progress | None = None,
+        progress_every: int = 20_000,
+        observe: Callable[[State, int], None] | None = None,
+    ) -> SimResult:
         """Simulate until nothing more can happen; flush the ledger."""
         engine = self.engine
         setup: list[tuple[Event, int]] = [(self.config, 0)]
@@ -295,6 +322,8 @@ class Simulation:
                 continue
             decisions = engine.step(batch, now)
             self.cycles += 1
+            if observe is not None:
+                observe(engine.state, now)
             wakeup = engine.state.wakeup
             if wakeup is not None and wakeup > now and wakeup not in self._ticks:
                 # a time-based rule falls due then: make sure a cycle runs at that time
@@ -317,6 +346,8 @@ class Simulation:
             cycles=self.cycles,
             end_ms=now,
             statuses=dict(sorted(statuses.items())),
+            time_to_ready_ms=self.ready,
+            gpus={j.submitted.job: sum(p.gpu_milli for p in j.submitted.pods) for j in self.jobs},
         )
 
     def _react(self, decisions: list[Event], now: int) -> None:
@@ -374,6 +405,8 @@ class Simulation:
                         and self._finishing.get(job_id) != job.attempt
                     ):
                         self._finishing[job_id] = job.attempt
+                        if job_id not in self.ready:
+                            self.ready[job_id] = now - job.submitted_at
                         remaining = max(1, self.runtime[job_id] - job.checkpointed_ms)
                         for placed in job.placements:
                             self._push(

@@ -70,3 +70,40 @@ def test_demo_runs_every_job_to_an_end_under_gpuledger() -> None:
     result, _ = simulate(*demo_inputs(), "gpuledger")
     assert result.jobs > 200
     assert set(result.statuses) <= {"succeeded", "unschedulable"}
+
+
+def test_under_contention_every_queue_stays_within_one_gang_of_its_fair_share() -> None:
+    from replay.fairness import FairnessMonitor
+    from replay.sim import Simulation
+
+    monitor = FairnessMonitor()
+    Simulation(*demo_inputs(), "gpuledger").run(observe=monitor.observe)
+    assert monitor.queues, "the demo must contend somewhere"
+    for name, record in monitor.queues.items():
+        assert record.contended_ms > 0
+        assert record.within_share >= 0.75, (name, record)
+    assert monitor.queues["training"].contended_ms > 3_600_000  # hours, not a blip
+
+
+def test_backfill_beats_no_backfill_for_the_big_gang_and_the_small_jobs() -> None:
+    from replay.config import PolicyFile, load, policy_event
+    from replay.sim import Simulation
+
+    inputs = (
+        load("replay/examples/backfill-cluster.yaml", ClusterFile),
+        load("replay/examples/backfill-queues.yaml", QueuesFile),
+        load("replay/examples/backfill-workload.yaml", WorkloadFile),
+    )
+    results = {
+        on: Simulation(*inputs, policy_event("gpuledger", PolicyFile(backfill=on))).run()
+        for on in (False, True)
+    }
+
+    def small_p90(result) -> int:  # type: ignore[no-untyped-def]
+        small = sorted(t for j, t in result.time_to_ready_ms.items() if result.gpus[j] <= 1000)
+        return small[(len(small) * 9) // 10]
+
+    off, on = results[False], results[True]
+    assert on.time_to_ready_ms["big-gang"] < off.time_to_ready_ms["big-gang"]
+    assert small_p90(on) < small_p90(off)
+    assert "largest gang big-gang (16 GPUs)" in on.gang_summary()
