@@ -390,3 +390,24 @@ def test_unschedulable_reason_events_are_emitted_once_per_change() -> None:
     again = w.at(2, job("k", "a", gpus=1))
     assert "j" in reasons(first) and "j" not in reasons(again)
     assert [d for d in again if isinstance(d, JobUnschedulable)] == []  # k waits behind j
+
+
+def test_fair_share_golden_limits_weights_and_priorities_by_hand() -> None:
+    # 32 GPUs. top: prod (priority 1, deserved 8, limit 12), dev (deserved 8, weight 1),
+    # research (deserved 0, weight 3, children r1 deserved 0 w1 / r2 deserved 0 w2).
+    # Everyone wants everything. Deserved: prod 8, dev 8, research 0 -> 16 left.
+    # Priority bucket 1 (prod): capped by its limit 12 -> +4; 12 left for dev:research 1:3
+    # -> dev +3, research +9. Inside research: 9 split 1:2 -> r1 3, r2 6.
+    w = World(
+        *(node(f"n{i}") for i in range(4)),
+        queue("prod", deserved=8, limit=12, priority=1),
+        queue("dev", deserved=8),
+        queue("research", weight=3),
+        queue("r1", parent="research"),
+        queue("r2", parent="research", weight=2),
+    )
+    # each wants 32 GPUs, as four 8-GPU jobs (one 32-GPU job would exceed prod's limit)
+    w.at(1, *(job(f"{q}-{i}", q, gpus=8) for q in ("prod", "dev", "r1", "r2") for i in range(4)))
+    shares = fair_shares(w.state)
+    fair = {q: shares.fair[q][0] for q in ("prod", "dev", "research", "r1", "r2")}
+    assert fair == {"prod": 12_000, "dev": 11_000, "research": 9000, "r1": 3000, "r2": 6000}
