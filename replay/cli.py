@@ -23,6 +23,7 @@ from replay.config import (
     kinds,
     load,
     policy_event,
+    queue_events,
 )
 from scheduler.core.policy import POLICIES
 
@@ -46,12 +47,26 @@ def register(sub: Any) -> None:
     )
     p.set_defaults(func=_simulate)
 
-    p = sub.add_parser("replay", help="re-run a ledger's inputs through the core")
+    p = sub.add_parser(
+        "replay",
+        help="re-run a ledger: verify its decisions, or what-if under another policy",
+    )
     p.add_argument("--ledger", required=True, help="ledger directory or JSON Lines export")
     p.add_argument("--verify", action="store_true", help="check every decision is reproduced")
-    p.add_argument("--from", dest="start", type=int, default=0, help="first offset")
-    p.add_argument("--until", dest="end", type=int, help="stop before this offset")
+    p.add_argument(
+        "--from", dest="start", default="0", help="an offset (1200) or a time (90m, 6h, 2d)"
+    )
+    p.add_argument("--until", dest="end", help="an offset or a time; stop before it")
+    p.add_argument("--policy", help="what-if: policy.yaml with other knobs")
+    p.add_argument("--policy-name", choices=POLICIES, help="what-if: another policy")
+    p.add_argument("--queues", help="what-if: queues.yaml replacing the queue configuration")
+    p.add_argument("--out", help="what-if: directory for the new ledger and the report")
     p.set_defaults(func=_replay)
+
+    p = sub.add_parser("state", help="the cluster as it was at a moment of a ledger")
+    p.add_argument("--ledger", required=True, help="ledger directory or JSON Lines export")
+    p.add_argument("--at", required=True, help="an offset (1200) or a time (90m, 6h, 2d)")
+    p.set_defaults(func=_state)
 
     p = sub.add_parser("demo", help="the built-in mixed workload under gpuledger and fifo")
     p.add_argument("--out", default="out/demo", help="where ledgers and DuckDB files go")
@@ -175,14 +190,71 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace) -> int:
-    from events.codec import DecodeError  # noqa: PLC0415
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_bound(text: str) -> tuple[str, int]:
+    """``1200`` is an offset; ``90m``, ``6h``, ``3600s``, ``2d`` are ledger times (ms)."""
+    text = text.strip()
+    if text.isdigit():
+        return ("offset", int(text))
+    for unit in sorted(_UNITS, key=len, reverse=True):
+        number = text.removesuffix(unit)
+        if number != text:
+            try:
+                return ("time", round(float(number) * _UNITS[unit]))
+            except ValueError:
+                break
+    raise _cli_error(f"{text!r}: expected an offset (1200) or a time such as 90m, 6h, 2d")
+
+
+def _offset_of(reader: Any, bound: tuple[str, int] | None, default: int | None) -> int | None:
+    """The first offset at or after a bound (a time is looked up in the ledger)."""
+    if bound is None:
+        return default
+    kind, value = bound
+    if kind == "offset":
+        return value
+    for offset, env in reader.read(0):
+        if env.at >= value:
+            return int(offset)
+    return int(reader.end_offset())
+
+
+def _time_of(reader: Any, bound: tuple[str, int] | None) -> int | None:
+    """The ledger time of a bound (an offset is looked up in the ledger)."""
+    if bound is None:
+        return None
+    kind, value = bound
+    if kind == "time":
+        return value
+    for _, env in reader.read(value, value + 1):
+        return int(env.at)
+    return None
+
+
+def _open(src: str) -> Any:
     from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+
+    try:
+        return open_reader(src)
+    except (LedgerError, OSError) as exc:
+        raise _cli_error(str(exc)) from exc
+
+
+def _replay(args: argparse.Namespace) -> int:
+    if args.policy or args.policy_name or args.queues or args.out:
+        return _whatif(args)
+    from events.codec import DecodeError  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
     from replay.verify import run  # noqa: PLC0415
 
+    reader = _open(args.ledger)
+    start = _offset_of(reader, parse_bound(args.start), 0) or 0
+    end = _offset_of(reader, parse_bound(args.end) if args.end else None, None)
     started = time.perf_counter()
     try:
-        result = run(open_reader(args.ledger), start=args.start, end=args.end)
+        result = run(reader, start=start, end=end)
     except (LedgerError, DecodeError, OSError) as exc:
         raise _cli_error(str(exc)) from exc
     elapsed = time.perf_counter() - started
@@ -196,16 +268,139 @@ def _replay(args: argparse.Namespace) -> int:
             f"skipped {len(result.skipped)} records of unknown types, first at offset "
             f"{result.skipped[0]}"
         )
+    if result.revision_note:
+        print(result.revision_note)
     if not args.verify:
         return 0
     if result.mismatch is None:
-        print("verify: 0 mismatches — every decision reproduced byte for byte")
+        scope = f" from offset {start}" if start else ""
+        print(f"verify: 0 mismatches{scope} — every decision reproduced byte for byte")
         return 0
     m = result.mismatch
     where = f"offset {m.offset}" if m.offset >= 0 else "the end of the ledger"
     print(f"verify: MISMATCH at {where}")
     print(m.diff())
     return 1
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from events.filelog import FileLedger  # noqa: PLC0415
+    from projections.report import render_table  # noqa: PLC0415
+    from replay.metrics import collect  # noqa: PLC0415
+    from replay.sim import Simulation  # noqa: PLC0415
+    from replay.whatif import changed_fates, compare_rows, extract, replace_queues  # noqa: PLC0415
+
+    if not args.out:
+        raise _cli_error("a what-if needs --out DIR for its ledger and report")
+    reader = _open(args.ledger)
+    start_ms = _time_of(reader, parse_bound(args.start)) if args.start != "0" else None
+    end_ms = _time_of(reader, parse_bound(args.end)) if args.end else None
+    history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
+    recorded = history.policy or policy_event("gpuledger")
+    try:
+        if args.policy:
+            knobs = load(args.policy, PolicyFile)
+            policy = policy_event(args.policy_name or recorded.policy, knobs)
+        elif args.policy_name:
+            policy = msgspec.structs.replace(recorded, policy=args.policy_name)
+        else:
+            policy = recorded
+        if args.queues:
+            replace_queues(history, queue_events(load(args.queues, QueuesFile)))
+    except ConfigError as exc:
+        raise _cli_error(str(exc)) from exc
+    out = Path(args.out)
+    _fresh_dir(out, force=False)
+    with FileLedger.open(out / "ledger") as writer:
+        sim = Simulation.from_inputs(
+            history.world,
+            history.jobs,
+            bind_ms=history.bind_ms,
+            startup_ms=history.startup_ms,
+            policy=policy,
+            writer=writer,
+        )
+        sim.run()
+    before = collect((o, e) for o, e in reader.read(0) if start_ms is None or e.at >= start_ms)
+    after = collect(_open(str(out / "ledger")).read(0))
+    rows = compare_rows(before, after)
+    fates = changed_fates(before, after)
+    changes = []
+    if policy != recorded:
+        changes.append(f"policy {recorded.policy} -> {policy.policy}")
+    if args.queues:
+        changes.append(f"queues from {args.queues}")
+    print(
+        f"what-if over {len(history.jobs)} jobs ({', '.join(changes) or 'same policy'}); "
+        f"world timing: bind {history.bind_ms} ms, startup {history.startup_ms} ms"
+        + (f"; {history.unfinished} jobs had not ended" if history.unfinished else "")
+    )
+    table = _whatif_table(rows)
+    print(table)
+    if fates:
+        print("\njobs whose fate changed most:")
+        print(render_table(fates, list(fates[0])))
+    report = {"changes": changes, "tenants": rows, "changed_fates": fates}
+    (out / "whatif.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "whatif.txt").write_text(table + "\n")
+    print(f"\nnew ledger: {out / 'ledger'}; report: {out / 'whatif.json'}")
+    return 0
+
+
+def _whatif_table(rows: list[dict[str, Any]]) -> str:
+    """queue | jobs | for each figure: before -> after."""
+
+    def fmt(value: Any, unit: str) -> str:
+        if value is None:
+            return "-"
+        if unit == "s":
+            from projections.report import format_duration  # noqa: PLC0415
+
+            return format_duration(float(value))
+        if unit == "h":
+            return f"{float(value):.2f}"
+        return str(value)
+
+    figures = (
+        ("p50 TTR", "ttr_p50_s", "s"),
+        ("p90 TTR", "ttr_p90_s", "s"),
+        ("p99 TTR", "ttr_p99_s", "s"),
+        ("p50 done", "done_p50_s", "s"),
+        ("p90 done", "done_p90_s", "s"),
+        ("p99 done", "done_p99_s", "s"),
+        ("preempt", "preemptions", ""),
+        ("lost GPU-h", "lost_gpu_h", "h"),
+        ("idle GPU-h", "idle_gpu_h", "h"),
+    )
+    header = ["queue", "jobs", *(name for name, _, _ in figures)]
+    lines = [header]
+    for row in rows:
+        cells = [str(row["queue"]), str(row["jobs"])]
+        for _, key, unit in figures:
+            cells.append(f"{fmt(row[key + ':before'], unit)} -> {fmt(row[key + ':after'], unit)}")
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)) for line in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+def _state(args: argparse.Namespace) -> int:
+    from projections.report import render_table  # noqa: PLC0415
+    from replay.inspect import state_at  # noqa: PLC0415
+
+    reader = _open(args.ledger)
+    bound = parse_bound(args.at)
+    snapshot = state_at(reader, bound)
+    print(snapshot.headline)
+    for title, rows in (
+        ("queues", snapshot.queues),
+        ("running", snapshot.running),
+        ("pending", snapshot.pending),
+    ):
+        print(f"\n{title}:")
+        print(render_table(rows, list(rows[0])) if rows else "  (none)")
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

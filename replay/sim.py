@@ -258,6 +258,53 @@ class Simulation:
         *,
         flush_every: int = 8192,
     ) -> None:
+        self._setup(
+            [(0, e) for e in (*queue_events(queues), *node_events(cluster))],
+            expand(workload),
+            bind_ms=round(cluster.timing.bind_latency_s * SECOND),
+            startup_ms=round(cluster.timing.startup_s * SECOND),
+            policy=policy,
+            writer=writer,
+            flush_every=flush_every,
+        )
+
+    @classmethod
+    def from_inputs(
+        cls,
+        world: list[tuple[int, Event]],
+        jobs: list[SimJob],
+        *,
+        bind_ms: int,
+        startup_ms: int,
+        policy: str | PolicyConfigured,
+        writer: LedgerWriter | None = None,
+        flush_every: int = 8192,
+    ) -> Simulation:
+        """A simulation of recorded facts: ``world`` holds timed node, queue and cancel
+        events (a what-if replays an incident's), ``jobs`` the submissions and runtimes."""
+        sim = cls.__new__(cls)
+        sim._setup(
+            world,
+            jobs,
+            bind_ms=bind_ms,
+            startup_ms=startup_ms,
+            policy=policy,
+            writer=writer,
+            flush_every=flush_every,
+        )
+        return sim
+
+    def _setup(
+        self,
+        world: list[tuple[int, Event]],
+        jobs: list[SimJob],
+        *,
+        bind_ms: int,
+        startup_ms: int,
+        policy: str | PolicyConfigured,
+        writer: LedgerWriter | None,
+        flush_every: int,
+    ) -> None:
         config = policy if isinstance(policy, PolicyConfigured) else policy_event(policy)
         if config.policy not in POLICIES:
             raise ConfigError(
@@ -265,13 +312,12 @@ class Simulation:
             )
         self.config = config
         self.policy = config.policy
-        self.cluster = cluster
-        self.queues = queues
-        self.jobs = expand(workload)
+        self.world = world
+        self.jobs = jobs
         self.runtime = {j.submitted.job: j.runtime_ms for j in self.jobs}
         self.engine = Engine(writer, flush_every=flush_every)
-        self.bind_ms = round(cluster.timing.bind_latency_s * SECOND)
-        self.startup_ms = round(cluster.timing.startup_s * SECOND)
+        self.bind_ms = bind_ms
+        self.startup_ms = startup_ms
         self._heap: list[tuple[int, int, Event, int]] = []
         self._seq = 0
         self._bound: dict[str, dict[str, None]] = {}
@@ -295,8 +341,11 @@ class Simulation:
         """Simulate until nothing more can happen; flush the ledger."""
         engine = self.engine
         setup: list[tuple[Event, int]] = [(self.config, 0)]
-        setup += [(e, 0) for e in queue_events(self.queues)]
-        setup += [(e, 0) for e in node_events(self.cluster)]
+        for at, event in self.world:
+            if at <= 0:
+                setup.append((event, 0))
+            else:
+                self._push(at, event)
         for sim_job in self.jobs:
             self._push(sim_job.at, sim_job.submitted)
         self._react(engine.step(setup, 0), 0)

@@ -22,9 +22,9 @@ from events.codec import (
     encode_envelope,
     event_json,
 )
-from events.model import DECISION_TAGS, Event
+from events.model import DECISION_TAGS, Event, PolicyConfigured
 from events.port import LedgerReader
-from scheduler.core import State, apply, cycle
+from scheduler.core import REVISION, State, apply, cycle
 
 
 @dataclass(slots=True)
@@ -60,6 +60,8 @@ class ReplayResult:
     """Offsets of records of unknown types (parked, not applied)."""
     mismatch: Mismatch | None = None
     state: State = field(default_factory=State)
+    revision_note: str = ""
+    """Set when the ledger was written by another revision of the policy core."""
 
     @property
     def ok(self) -> bool:
@@ -81,7 +83,9 @@ def run(
     produced_at = 0
     index = 0  # next produced decision to compare
     in_cycle = False
-    for offset, env in reader.read(start, end):
+    # The state at ``start`` can only be rebuilt by replaying what came before it, so
+    # replay always begins at offset 0; ``start`` says where comparing begins.
+    for offset, env in reader.read(0, end):
         result.records += 1
         if progress is not None and result.records % 100_000 == 0:
             progress(result.records)
@@ -103,7 +107,7 @@ def run(
             expected_bytes = encode_envelope(env)
             got = produced[index] if index < len(produced) else None
             got_bytes = encode(got, produced_at) if got is not None else b""
-            if got_bytes != expected_bytes:
+            if got_bytes != expected_bytes and offset >= start:
                 result.mismatch = Mismatch(
                     offset=offset,
                     expected=event_json(event).decode(),
@@ -116,9 +120,16 @@ def run(
             continue
         if in_cycle:
             # The ledger ended a cycle early: the replayed cycle produced more decisions.
-            result.mismatch = _extra(produced, index, offset)
-            return result
+            if offset >= start:
+                result.mismatch = _extra(produced, index, offset)
+                return result
+            in_cycle = False
         result.inputs += 1
+        if isinstance(event, PolicyConfigured) and event.revision != REVISION:
+            result.revision_note = (
+                f"note: offset {offset} was written by policy revision {event.revision}; this "
+                f"core implements revision {REVISION}, so decisions may legitimately differ"
+            )
         apply(state, event, env.at)
     if in_cycle and index < len(produced):
         result.mismatch = _extra(produced, index, -1)

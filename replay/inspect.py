@@ -1,0 +1,97 @@
+"""``gpuledger state``: the cluster as it was at a moment of a ledger.
+
+The ledger's events up to that moment — inputs and the decisions actually recorded — are
+folded with the core's ``apply``; nothing is re-decided. Fair shares are divided as the
+scheduler would have divided them then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from events.codec import DecodeError, decode_event
+from scheduler.core import State, apply, fair_shares, gpus
+from scheduler.core.state import ACTIVE, PENDING
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Readable rows of a state."""
+
+    headline: str
+    queues: list[dict[str, object]] = field(default_factory=list)
+    running: list[dict[str, object]] = field(default_factory=list)
+    pending: list[dict[str, object]] = field(default_factory=list)
+    state: State = field(default_factory=State)
+
+
+def state_at(reader: Any, bound: tuple[str, int]) -> Snapshot:
+    """Fold the ledger up to an offset (exclusive) or a time (inclusive)."""
+    kind, value = bound
+    state = State()
+    last = -1
+    for offset, env in reader.read(0):
+        if (kind == "offset" and offset >= value) or (kind == "time" and env.at > value):
+            break
+        try:
+            event = decode_event(env, offset)
+        except DecodeError:
+            continue
+        apply(state, event, env.at)
+        last = offset
+    if kind == "time":
+        state.now = max(state.now, value)
+    return describe(state, last)
+
+
+def describe(state: State, last_offset: int) -> Snapshot:
+    """Queues with their shares, running jobs, pending jobs with their reasons."""
+    shares = fair_shares(state)
+    now = state.now
+    capacity = sum(n.gpus for n in state.nodes.values() if not n.cordoned)
+    used = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) // 1000
+    snap = Snapshot(
+        headline=(
+            f"at t={now / 1000:g}s (through offset {last_offset}): {len(state.nodes)} nodes, "
+            f"{capacity} schedulable GPUs, {used} allocated; policy {state.policy} "
+            f"(revision {state.config.revision})"
+        ),
+        state=state,
+    )
+    for name in sorted(state.queues):
+        q = state.queues[name]
+        snap.queues.append(
+            {
+                "queue": state.queue_path(name),
+                "deserved": gpus(shares.deserved[name][0]),
+                "fair_share": gpus(shares.fair[name][0]),
+                "allocated": gpus(q.allocated[0]),
+                "pending_jobs": len(q.pending),
+            }
+        )
+    for job in state.jobs.values():
+        if job.status in ACTIVE:
+            nodes = sorted({p.node for p in job.placements.values()})
+            since = job.started_at if job.started_at is not None else job.allocated_at
+            snap.running.append(
+                {
+                    "job": job.job,
+                    "queue": job.queue,
+                    "status": job.status,
+                    "gpus": gpus(sum(s.milli for p in job.placements.values() for s in p.gpus)),
+                    "nodes": ",".join(nodes[:4]) + ("…" if len(nodes) > 4 else ""),
+                    "for": f"{(now - since) / 1000:g}s" if since is not None else "-",
+                }
+            )
+        elif job.status == PENDING:
+            snap.pending.append(
+                {
+                    "job": job.job,
+                    "queue": job.queue,
+                    "gpus": gpus(job.request[0]),
+                    "waiting": f"{(now - job.submitted_at) / 1000:g}s",
+                    "reason": job.reason or "not yet considered",
+                }
+            )
+    return snap

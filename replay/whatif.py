@@ -1,0 +1,214 @@
+"""What-if: re-run a recorded history under another policy or queue configuration.
+
+A ledger mixes facts that came from outside (nodes, queues, submissions, cancellations)
+with consequences of the scheduler's decisions (binds, starts, ends). Replaying the
+facts through another policy is not enough: the consequences would be wrong. So a what-if
+keeps the outside facts, learns from the ledger how long each job really ran (the work
+of its completed attempt plus what earlier attempts had checkpointed) and how long binds
+and starts took, and simulates the rest under the new policy with the same world rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from events.codec import DecodeError, Envelope, decode_event
+from events.model import (
+    Event,
+    JobCancelled,
+    JobPreempted,
+    JobSubmitted,
+    NodeCordoned,
+    NodeRegistered,
+    NodeRemoved,
+    PodBound,
+    PodFinished,
+    PodsAllocated,
+    PodStarted,
+    PolicyConfigured,
+    QueueConfigured,
+    QueueRemoved,
+)
+from replay.metrics import LedgerMetrics, collect, percentile
+from replay.sim import SimJob
+
+
+@dataclass(slots=True)
+class History:
+    """The outside facts of a ledger and what it teaches about runtimes and latencies."""
+
+    world: list[tuple[int, Event]] = field(default_factory=list)
+    jobs: list[SimJob] = field(default_factory=list)
+    policy: PolicyConfigured | None = None
+    bind_ms: int = 500
+    startup_ms: int = 2000
+    unfinished: int = 0
+    """Jobs that had not ended when the ledger stops: they run for what they had done."""
+
+
+def _window(at: int, start_ms: int | None, end_ms: int | None) -> bool:
+    return (start_ms is None or at >= start_ms) and (end_ms is None or at < end_ms)
+
+
+def extract(
+    records: Iterable[tuple[int, Envelope]],
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+) -> History:
+    """Collect a ledger's outside facts; jobs are those submitted in [start_ms, end_ms).
+
+    Node and queue events before the window are kept (they describe the cluster the
+    window ran on); times are shifted so the window starts at 0.
+    """
+    history = History()
+    submitted: dict[str, tuple[int, JobSubmitted]] = {}
+    kept: dict[str, int] = {}
+    run_start: dict[str, int] = {}
+    ran: dict[str, int] = {}
+    last_at = 0
+    alloc_at: dict[str, int] = {}
+    bind_gaps: list[int] = []
+    start_gaps: list[int] = []
+    bound_at: dict[str, int] = {}
+    for offset, env in records:
+        last_at = max(last_at, env.at)
+        try:
+            event = decode_event(env, offset)
+        except DecodeError:
+            continue
+        at = env.at
+        match event:
+            case PolicyConfigured():
+                if history.policy is None:
+                    history.policy = event
+            case (
+                NodeRegistered()
+                | NodeRemoved()
+                | NodeCordoned()
+                | QueueConfigured()
+                | QueueRemoved()
+            ):
+                if end_ms is None or at < end_ms:
+                    history.world.append((at, event))
+            case JobSubmitted():
+                if _window(at, start_ms, end_ms) and event.job not in submitted:
+                    submitted[event.job] = (at, event)
+            case JobCancelled(job=job_id):
+                if job_id in submitted:
+                    history.world.append((at, event))
+            case PodsAllocated(job=job_id):
+                alloc_at[job_id] = at
+            case PodBound(job=job_id):
+                if job_id in alloc_at:
+                    bind_gaps.append(at - alloc_at[job_id])
+                bound_at[job_id] = at
+            case PodStarted(job=job_id):
+                if job_id not in run_start:
+                    run_start[job_id] = at
+                    if job_id in bound_at:
+                        start_gaps.append(at - bound_at[job_id])
+            case JobPreempted(job=job_id, checkpointed_ms=keep):
+                kept[job_id] = kept.get(job_id, 0) + keep
+                run_start.pop(job_id, None)
+            case PodFinished(job=job_id):
+                if job_id in run_start:
+                    ran[job_id] = at - run_start[job_id]
+            case _:
+                pass
+    origin = start_ms if start_ms is not None else 0
+    for job_id, (at, event) in submitted.items():
+        if job_id in ran:
+            runtime = ran[job_id] + kept.get(job_id, 0)
+        elif event.expected_runtime_ms is not None:
+            runtime = event.expected_runtime_ms
+            history.unfinished += 1
+        else:
+            began = run_start.get(job_id)
+            runtime = (last_at - began if began is not None else 0) + kept.get(job_id, 0)
+            history.unfinished += 1
+        history.jobs.append(SimJob(at=at - origin, submitted=event, runtime_ms=max(1, runtime)))
+    history.world = [(max(0, at - origin), e) for at, e in history.world]
+    history.jobs.sort(key=lambda j: (j.at, j.submitted.job))
+    if bind_gaps:
+        history.bind_ms = int(percentile([float(g) for g in bind_gaps], 0.5) or 0)
+    if start_gaps:
+        history.startup_ms = int(percentile([float(g) for g in start_gaps], 0.5) or 0)
+    return history
+
+
+def replace_queues(history: History, queues: list[QueueConfigured]) -> None:
+    """Swap the history's queue configuration for another (e.g. a 50/40/10 split)."""
+    history.world = [(at, e) for at, e in history.world if not isinstance(e, QueueConfigured)]
+    history.world[:0] = [(0, q) for q in queues]
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def compare_rows(before: LedgerMetrics, after: LedgerMetrics) -> list[dict[str, object]]:
+    """Per tenant and overall: each figure before and after, in one row."""
+    from replay.metrics import tenant_rows  # noqa: PLC0415
+
+    a = {r["queue"]: r for r in tenant_rows(before)}
+    b = {r["queue"]: r for r in tenant_rows(after)}
+    rows: list[dict[str, object]] = []
+    for queue in [q for q in a if q != "all"] + ["all"]:
+        ra, rb = a.get(queue, {}), b.get(queue, {})
+        row: dict[str, object] = {"queue": queue, "jobs": ra.get("jobs", 0)}
+        for key in (
+            "ttr_p50_s",
+            "ttr_p90_s",
+            "ttr_p99_s",
+            "done_p50_s",
+            "done_p90_s",
+            "done_p99_s",
+            "preemptions",
+            "lost_gpu_h",
+            "idle_gpu_h",
+        ):
+            row[f"{key}:before"] = ra.get(key)
+            row[f"{key}:after"] = rb.get(key)
+        rows.append(row)
+    return rows
+
+
+def changed_fates(
+    before: LedgerMetrics, after: LedgerMetrics, top: int = 10
+) -> list[dict[str, object]]:
+    """The jobs whose time to ready changed most (never-ready counts as the longest)."""
+    span = max(before.end, after.end) - min(before.start, after.start)
+    out: list[tuple[int, str, dict[str, object]]] = []
+    for job_id, old in before.jobs.items():
+        new = after.jobs.get(job_id)
+        if new is None:
+            continue
+        t0 = old.time_to_ready_ms
+        t1 = new.time_to_ready_ms
+        d0 = t0 if t0 is not None else span
+        d1 = t1 if t1 is not None else span
+        if d0 == d1 and old.preemptions == new.preemptions:
+            continue
+        out.append(
+            (
+                -abs(d1 - d0),
+                job_id,
+                {
+                    "job": job_id,
+                    "queue": old.queue,
+                    "gpus": old.gpus / 1000,
+                    "ttr_before_s": None if t0 is None else t0 / 1000,
+                    "ttr_after_s": None if t1 is None else t1 / 1000,
+                    "preemptions_before": old.preemptions,
+                    "preemptions_after": new.preemptions,
+                },
+            )
+        )
+    out.sort(key=lambda item: (item[0], item[1]))
+    return [row for _, _, row in out[:top]]
+
+
+def report_metrics(records: Iterable[tuple[int, Envelope]]) -> LedgerMetrics:
+    """Metrics of a ledger (a thin alias, so callers need only this module)."""
+    return collect(records)
