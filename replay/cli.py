@@ -72,6 +72,23 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="out/demo", help="where ledgers and DuckDB files go")
     p.set_defaults(func=_demo)
 
+    p = sub.add_parser("compare", help="one workload under several policies, side by side")
+    p.add_argument("--cluster", required=True, help="cluster.yaml")
+    p.add_argument("--queues", required=True, help="queues.yaml")
+    p.add_argument("--workload", required=True, help="workload.yaml")
+    p.add_argument(
+        "--policies", default="gpuledger,drf,fifo", help="comma-separated (default: all three)"
+    )
+    p.add_argument("--policy-file", help="policy.yaml knobs for the gang policy")
+    p.add_argument("--out", default="out/compare", help="ledgers, compare.json, compare.html")
+    p.add_argument("--workers", type=int, default=2, help="parallel simulations (default 2)")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("example", help="a scenario from the seed article: fifo vs gpuledger")
+    p.add_argument("name", nargs="?", help="which example (omit to list them)")
+    p.add_argument("--out", default="out/examples", help="where ledgers and reports go")
+    p.set_defaults(func=_example)
+
     p = sub.add_parser("schema", help="print the JSON Schema of a YAML input format")
     p.add_argument("kind", choices=sorted(kinds()), help="which file format")
     p.set_defaults(func=_schema)
@@ -445,6 +462,91 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  gpuledger report --db {dbs['gpuledger']}")
     query = "SELECT * FROM tenant_percentiles"
     print(f'  gpuledger sql --db {dbs["gpuledger"]} "{query}"')
+    return 0
+
+
+def _run_compare(
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policies: list[str],
+    out: Path,
+    knobs: PolicyFile | None,
+    workers: int,
+    title: str,
+) -> list[Any]:
+    from replay.compare import compare, table, write  # noqa: PLC0415
+
+    for policy in policies:
+        if policy not in POLICIES:
+            raise _cli_error(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        _fresh_dir(out / policy, force=True)
+    try:
+        runs = compare(cluster, queues, workload, policies, out, knobs=knobs, workers=workers)
+    except ConfigError as exc:
+        raise _cli_error(str(exc)) from exc
+    print(table(runs))
+    json_path, html_path = write(runs, out, title)
+    print(f"\nwrote {json_path} and {html_path}")
+    return runs
+
+
+def _compare(args: argparse.Namespace) -> int:
+    cluster, queues, workload = _load_inputs(args.cluster, args.queues, args.workload)
+    try:
+        knobs = load(args.policy_file, PolicyFile) if args.policy_file else None
+    except ConfigError as exc:
+        raise _cli_error(str(exc)) from exc
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    title = f"gpuledger compare: {Path(args.workload).name} on {Path(args.cluster).name}"
+    _run_compare(cluster, queues, workload, policies, Path(args.out), knobs, args.workers, title)
+    return 0
+
+
+def _example(args: argparse.Namespace) -> int:
+    from projections.report import render_table  # noqa: PLC0415
+    from replay.examples import EXAMPLES  # noqa: PLC0415
+
+    if not args.name:
+        for example in EXAMPLES.values():
+            print(f"{example.name:<10} {example.story}")
+        return 0
+    if args.name not in EXAMPLES:
+        raise _cli_error(f"no example {args.name!r}; choose from {', '.join(EXAMPLES)}")
+    example = EXAMPLES[args.name]
+    cluster, queues, workload = _load_inputs(
+        str(example.path("cluster")), str(example.path("queues")), str(example.path("workload"))
+    )
+    print(f"{example.name}: {example.story}\n")
+    runs = _run_compare(
+        cluster,
+        queues,
+        workload,
+        ["fifo", "gpuledger"],
+        Path(args.out) / example.name,
+        None,
+        2,
+        f"gpuledger example: {example.story}",
+    )
+    if example.watch:
+        rows = []
+        for job in example.watch:
+            for run in runs:
+                fate = run.jobs.get(job, {})
+                rows.append(
+                    {
+                        "job": job,
+                        "policy": run.policy,
+                        "time_to_ready_s": fate.get("ttr_s"),
+                        "completion_s": fate.get("done_s"),
+                        "preemptions": fate.get("preemptions"),
+                        "idle_gpu_h": fate.get("idle_gpu_h"),
+                        "note": fate.get("unschedulable")
+                        or ("" if fate.get("ttr_s") is not None else "still pending at the end"),
+                    }
+                )
+        print("\nthe job to watch:")
+        print(render_table(rows, list(rows[0])))
     return 0
 
 

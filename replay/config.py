@@ -74,6 +74,12 @@ class QueueSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     limit_cpu: NonNeg | None = None
     limit_memory_gib: NonNeg | None = None
     priority: int = 0
+    reclaim_min_runtime_s: NonNeg = 0
+    """Its jobs that started less than this ago are not reclaimed by other queues."""
+    preempt_min_runtime_s: NonNeg = 0
+    """Its jobs that started less than this ago are not preempted within the queue."""
+    placement: str = ""
+    """``binpack`` or ``spread`` for its jobs (empty: the policy's)."""
 
 
 class QueuesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -385,6 +391,9 @@ def _queue_event(spec: QueueSpec) -> QueueConfigured:
             memory_mib=limit(spec.limit_memory_gib, 1),
         ),
         priority=spec.priority,
+        reclaim_min_runtime_ms=round(spec.reclaim_min_runtime_s * 1000),
+        preempt_min_runtime_ms=round(spec.preempt_min_runtime_s * 1000),
+        placement=spec.placement,
     )
 
 

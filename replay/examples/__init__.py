@@ -1,0 +1,57 @@
+"""Built-in example scenarios (YAML files beside this module), from the seed article."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A scenario: its three files, what it shows, and the jobs to watch."""
+
+    name: str
+    story: str
+    watch: tuple[str, ...] = ()
+
+    def path(self, kind: str) -> Path:
+        """``cluster``, ``queues`` or ``workload`` file of the example."""
+        return HERE / f"{self.name}-{kind}.yaml"
+
+
+EXAMPLES: dict[str, Example] = {
+    e.name: e
+    for e in (
+        Example(
+            "demo",
+            "a 64-GPU day shared 60/30/10 by training, interactive and experiments",
+            ("flagship-finetune",),
+        ),
+        Example(
+            "fintech",
+            "16 A100s: notebooks fill the pool on a Sunday night; a 2-GPU fine-tune arrives",
+            ("priya-finetune",),
+        ),
+        Example(
+            "big-gang",
+            "a 512-GPU job behind thirty 2-GPU notebooks and a steady stream of more",
+            ("llm-pretrain-512",),
+        ),
+        Example(
+            "pipelines",
+            "seven 06:00 pipelines, half a GPU each, on one 4-GPU node",
+        ),
+        Example(
+            "pinned",
+            "a job pinned to gpu-07, a node decommissioned two weeks ago",
+            ("nightly-pinned",),
+        ),
+        Example(
+            "backfill",
+            "a 16-GPU gang among a stream of 1-GPU jobs in two queues",
+            ("big-gang",),
+        ),
+    )
+}

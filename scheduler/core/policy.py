@@ -446,8 +446,25 @@ def _reserve(state: State, job: Job) -> Reservation | None:
     ends.sort()
     stmt = Statement(state.nodes)
     reservation: Reservation | None = None
+    need = job.request[0]
+    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    # Jobs backfilled under this very reservation give way when it starts: their nodes
+    # count as free, or every backfill would push the reservation later.
+    for _, _, job_id in ends:
+        if state.jobs[job_id].backfill_for == job.job and state.jobs[job_id].preemptible:
+            stmt.evict(state.jobs[job_id])
+            free += _held_gpu(state.jobs[job_id])
+    ends = [
+        e
+        for e in ends
+        if not (state.jobs[e[2]].backfill_for == job.job and state.jobs[e[2]].preemptible)
+    ]
     for end, _, job_id in ends:
-        stmt.evict(state.jobs[job_id])
+        other = state.jobs[job_id]
+        stmt.evict(other)
+        free += _held_gpu(other)
+        if free < need:
+            continue  # not enough GPUs free in total yet: no placement can succeed
         placed = stmt.place_gang(job)
         if placed is not None:
             reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
@@ -511,9 +528,14 @@ def _make_room(
             continue
         chosen: list[Job] = []
         placements: list[PodPlacement] | None = None
+        need = job.request[0]
+        free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
         for victim in candidates:
             stmt.evict(victim)
             chosen.append(victim)
+            free += _held_gpu(victim)
+            if free < need:
+                continue  # cheap necessary condition before a full gang placement
             placements = stmt.place_gang(job, allowed)
             if placements is not None:
                 break

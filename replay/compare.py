@@ -1,0 +1,232 @@
+"""``gpuledger compare``: one workload under several policies, side by side.
+
+Each policy runs in its own process (the runs are independent and CPU-bound), writes its
+own ledger, and is summarised from that ledger by ``replay.metrics``. The result is a
+table per tenant and overall, a JSON document and a self-contained HTML page of plots.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from events.filelog import FileLedger, LedgerDirReader
+from replay.config import ClusterFile, PolicyFile, QueuesFile, WorkloadFile, policy_event
+from replay.metrics import HOUR_MS, collect, tenant_rows, unallocated_gpu_hours, utilisation
+from replay.sim import Simulation
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One policy's run: where its ledger is and what it measured."""
+
+    policy: str
+    ledger: str
+    seconds: float
+    tenants: list[dict[str, Any]]
+    utilisation: float
+    unallocated_gpu_h: float
+    utilisation_series: list[tuple[float, float]]
+    depth_series: list[tuple[float, float]]
+    jobs: dict[str, dict[str, Any]]
+
+
+def _downsample(points: list[tuple[float, float]], limit: int = 400) -> list[tuple[float, float]]:
+    if len(points) <= limit:
+        return points
+    step = len(points) / limit
+    return [points[int(i * step)] for i in range(limit)] + [points[-1]]
+
+
+def run_policy(
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policy: str,
+    knobs: PolicyFile | None,
+    ledger: str,
+) -> Run:
+    """Simulate one policy into ``ledger`` and summarise it (runs in a worker process)."""
+    started = time.perf_counter()
+    with FileLedger.open(ledger) as writer:
+        Simulation(cluster, queues, workload, policy_event(policy, knobs), writer).run()
+    m = collect(LedgerDirReader(ledger).read(0))
+    util = [(at / 1000, allocated / cap if cap else 0.0) for at, allocated, cap in m.utilisation]
+    total: dict[str, int] = {}
+    depth: list[tuple[float, float]] = []
+    merged = sorted((at, q, n) for q, pts in m.depth.items() for at, n in pts)
+    for at, queue, pending in merged:
+        total[queue] = pending
+        depth.append((at / 1000, float(sum(total.values()))))
+    jobs = {
+        j.job: {
+            "queue": j.queue,
+            "gpus": j.gpus / 1000,
+            "ttr_s": None if j.time_to_ready_ms is None else j.time_to_ready_ms / 1000,
+            "done_s": None if j.completion_ms is None else j.completion_ms / 1000,
+            "preemptions": j.preemptions,
+            "idle_gpu_h": j.idle_gpu_ms / HOUR_MS,
+            "unschedulable": j.unschedulable,
+        }
+        for j in m.jobs.values()
+    }
+    return Run(
+        policy=policy,
+        ledger=ledger,
+        seconds=time.perf_counter() - started,
+        tenants=tenant_rows(m),
+        utilisation=utilisation(m),
+        unallocated_gpu_h=unallocated_gpu_hours(m),
+        utilisation_series=_downsample(util),
+        depth_series=_downsample(depth),
+        jobs=jobs,
+    )
+
+
+def compare(
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policies: Sequence[str],
+    out: Path,
+    *,
+    knobs: PolicyFile | None = None,
+    workers: int = 2,
+) -> list[Run]:
+    """Run every policy (in parallel processes) into ``out/<policy>/ledger``."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = [(cluster, queues, workload, p, knobs, str(out / p / "ledger")) for p in policies]
+    if workers <= 1 or len(policies) == 1:
+        return [run_policy(*a) for a in args]
+    with ProcessPoolExecutor(max_workers=min(workers, len(policies))) as pool:
+        futures = [pool.submit(run_policy, *a) for a in args]
+        return [f.result() for f in futures]
+
+
+# --------------------------------------------------------------------------- rendering
+
+FIGURES = (
+    ("p50 TTR", "ttr_p50_s", "duration"),
+    ("p90 TTR", "ttr_p90_s", "duration"),
+    ("p99 TTR", "ttr_p99_s", "duration"),
+    ("p50 done", "done_p50_s", "duration"),
+    ("p90 done", "done_p90_s", "duration"),
+    ("p99 done", "done_p99_s", "duration"),
+    ("preempt", "preemptions", "count"),
+    ("lost GPU-h", "lost_gpu_h", "hours"),
+    ("idle GPU-h", "idle_gpu_h", "hours"),
+    ("done/day", "finished_per_day", "number"),
+)
+
+
+def _cell(value: Any, unit: str) -> str:
+    from projections.report import format_duration  # noqa: PLC0415
+
+    if value is None:
+        return "-"
+    if unit == "duration":
+        return format_duration(float(value))
+    if unit == "hours":
+        return f"{float(value):.1f}"
+    if unit == "number":
+        return f"{float(value):.1f}"
+    return str(value)
+
+
+def table(runs: Sequence[Run]) -> str:
+    """One row per (tenant, policy): every figure; then utilisation per policy."""
+    header = ["queue", "policy", "jobs", "ready", *(name for name, _, _ in FIGURES)]
+    lines: list[list[str]] = [header]
+    queues = [r["queue"] for r in runs[0].tenants]
+    for queue in queues:
+        for run in runs:
+            row = next(r for r in run.tenants if r["queue"] == queue)
+            lines.append(
+                [
+                    str(queue),
+                    run.policy,
+                    str(row["jobs"]),
+                    str(row["ready"]),
+                    *(_cell(row[key], unit) for _, key, unit in FIGURES),
+                ]
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(c.rjust(widths[i]) if i > 1 else c.ljust(widths[i])
+                      for i, c in enumerate(line)) for line in lines]  # fmt: skip
+    text.insert(1, "  ".join("-" * w for w in widths))
+    text.append("")
+    for run in runs:
+        text.append(
+            f"{run.policy:<10} GPU utilisation {100 * run.utilisation:5.1f}%  "
+            f"unallocated {run.unallocated_gpu_h:8.1f} GPU-h  ({run.seconds:.1f} s)"
+        )
+    return "\n".join(text)
+
+
+def to_json(runs: Sequence[Run]) -> dict[str, Any]:
+    """Everything measured, for machines."""
+    return {
+        run.policy: {
+            "ledger": run.ledger,
+            "seconds": run.seconds,
+            "utilisation": run.utilisation,
+            "unallocated_gpu_h": run.unallocated_gpu_h,
+            "tenants": run.tenants,
+        }
+        for run in runs
+    }
+
+
+def to_html(runs: Sequence[Run], title: str) -> str:
+    """A self-contained page: percentile bars per tenant, utilisation and queue depth."""
+    from projections.html import bar_chart, esc, line_chart  # noqa: PLC0415
+
+    queues = [r["queue"] for r in runs[0].tenants]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
+        "table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;"
+        "text-align:right}td:first-child,th:first-child{text-align:left}</style>",
+        f"</head><body><h1>{esc(title)}</h1>",
+    ]
+    for label, key in (("p50", "ttr_p50_s"), ("p90", "ttr_p90_s"), ("p99", "ttr_p99_s")):
+        series = {
+            run.policy: [next(r for r in run.tenants if r["queue"] == q)[key] for q in queues]
+            for run in runs
+        }
+        parts.append(
+            bar_chart(f"{label} time to ready by tenant", queues, series, y_format="duration")
+        )
+    parts.append(
+        line_chart(
+            "GPU utilisation over time",
+            {run.policy: run.utilisation_series for run in runs},
+            y_label="allocated / capacity",
+        )
+    )
+    parts.append(
+        line_chart(
+            "Queue depth over time",
+            {run.policy: run.depth_series for run in runs},
+            y_label="pending jobs",
+        )
+    )
+    parts.append("<h2>Per tenant</h2><pre>")
+    parts.append(esc(table(runs)))
+    parts.append("</pre></body></html>")
+    return "\n".join(parts)
+
+
+def write(runs: Sequence[Run], out: Path, title: str) -> tuple[Path, Path]:
+    """Write compare.json and compare.html under ``out``."""
+    json_path = out / "compare.json"
+    html_path = out / "compare.html"
+    json_path.write_text(json.dumps(to_json(runs), indent=2) + "\n")
+    html_path.write_text(to_html(runs, title))
+    return json_path, html_path

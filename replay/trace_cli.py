@@ -1,0 +1,115 @@
+"""``gpuledger trace import``: a public trace into ``workload.yaml`` (and cluster, queues).
+
+A thin shell over ``replay.traces``; see docs/traces.md. Every output is encoded in full
+before the first one is written, and each is written to a temporary file and renamed, so a
+bad row leaves no file behind and a crash leaves no half-written one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from replay.config import ConfigError
+from replay.traces import (
+    FORMATS,
+    Columns,
+    Mapping,
+    encode,
+    import_nodes,
+    import_trace,
+    load_mapping,
+    write_atomic,
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``trace import`` to the ``gpuledger`` parser."""
+    trace = sub.add_parser("trace", help="import public GPU-cluster traces")
+    verbs = trace.add_subparsers(dest="trace_command", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "import",
+        help="turn a trace into workload.yaml (and cluster.yaml, queues.yaml)",
+        description="Formats and the mapping file: docs/traces.md.",
+    )
+    p.add_argument("--format", required=True, choices=FORMATS, help="the trace's format")
+    p.add_argument("file", help="the trace file")
+    p.add_argument("--mapping", help="mapping.yaml: tenants to queues, classes, csv columns")
+    p.add_argument("--out", required=True, help="workload.yaml to write")
+    p.add_argument("--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")
+    p.add_argument("--cluster-out", help="cluster.yaml to write from --nodes")
+    p.add_argument("--queues-out", help="queues.yaml to write: one queue per mapped queue")
+    p.add_argument("--limit", type=int, help="keep the first N jobs by submission time")
+    p.add_argument("--time-scale", type=float, help="multiply times by this (0.5 = 2x faster)")
+    p.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="FIELD=NAME",
+        help="csv: a column of the mapping, e.g. --column submit=submit_time (repeatable)",
+    )
+    p.set_defaults(func=_import)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def _import(args: argparse.Namespace) -> int:
+    from scheduler.cli import CliError  # noqa: PLC0415  # avoid an import cycle at load time
+
+    if (args.nodes is None) != (args.cluster_out is None):
+        raise CliError("--nodes and --cluster-out go together")
+    if args.limit is not None and args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    if args.time_scale is not None and not args.time_scale > 0:
+        raise CliError("--time-scale must be above 0")
+    started = time.perf_counter()
+    try:
+        mapping = load_mapping(args.mapping)
+        mapping = _with_flags(mapping, args)
+        result = import_trace(args.format, args.file, mapping, args.limit)
+        outputs: list[tuple[Path, bytes]] = [(Path(args.out), encode(result.workload))]
+        if args.queues_out:
+            outputs.append((Path(args.queues_out), encode(result.queues)))
+        cluster = None
+        if args.nodes:
+            cluster = import_nodes(args.nodes)
+            outputs.append((Path(args.cluster_out), encode(cluster)))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    for path, data in outputs:
+        write_atomic(path, data)
+    elapsed = time.perf_counter() - started
+    summary = result.summary
+    for line in summary.lines():
+        _say(line)
+    if cluster is not None:
+        nodes = sum(g.count for g in cluster.nodes)
+        gpus = sum(g.count * g.gpus for g in cluster.nodes)
+        _say(f"cluster: {nodes:,} nodes in {len(cluster.nodes)} groups, {gpus:,} GPUs")
+    _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {elapsed:.2f} s")
+    return 0
+
+
+def _with_flags(mapping: Mapping, args: argparse.Namespace) -> Mapping:
+    """The mapping with --column and --time-scale applied on top of the file's values."""
+    changes: dict[str, Any] = {}
+    if args.column:
+        fields = msgspec.structs.asdict(mapping.columns)
+        for item in args.column:
+            key, sep, value = item.partition("=")
+            if not sep or key not in fields:
+                raise ConfigError(
+                    f"--column {item!r}: expected FIELD=NAME with FIELD one of {', '.join(fields)}"
+                )
+            fields[key] = value or None
+        changes["columns"] = Columns(**fields)
+    if args.time_scale is not None:
+        changes["time_scale"] = args.time_scale
+    return msgspec.structs.replace(mapping, **changes) if changes else mapping

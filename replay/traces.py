@@ -1,0 +1,837 @@
+"""Trace importers: public GPU-cluster traces into the simulator's YAML formats.
+
+Four formats (docs/traces.md): ``alibaba-openb`` (the Alibaba 2023 pod list), ``helios``
+(SenseTime Helios ``cluster_log.csv``), ``philly`` (Microsoft Philly ``cluster_job_log``
+JSON) and ``csv`` (any CSV, through a column mapping). Each reader turns rows into
+``TraceJob``s with integer resources; one builder applies the mapping file (tenant to queue,
+class key to priority class, limit, time scale), shifts time so the first submission is 0
+and produces ``WorkloadFile``/``QueuesFile`` Structs. Output is encoded from those Structs,
+so what we write is valid by construction.
+
+A bad value raises ``ConfigError`` naming ``file:line`` and the column; rows that are
+well-formed but unusable (a Philly job that never started) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from events.model import MILLI
+from replay.config import (
+    ClusterFile,
+    ConfigError,
+    JobSpec,
+    NodeGroup,
+    QueuesFile,
+    QueueSpec,
+    WorkloadFile,
+    load,
+)
+from scheduler.core.state import PRIORITY_CLASSES
+
+FORMATS = ("alibaba-openb", "helios", "philly", "csv")
+
+ALIBABA_CLASSES: dict[str, str] = {
+    "LS": "inference",  # latency-sensitive long-running services: never preempted
+    "Guaranteed": "build",  # requests == limits: protected, like build jobs
+    "Burstable": "build-preemptible",  # may burst above requests: preemptible, above batch
+    "BE": "train",  # best effort: the first to yield
+}
+"""Alibaba QoS class -> priority class, unless the mapping file says otherwise."""
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+# --------------------------------------------------------------------------- mapping file
+
+
+class Columns(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Column names of a generic ``csv`` trace; ``None`` means the trace has no such column."""
+
+    submit: str = "submit_time"
+    """Submission time: seconds (see ``units.time``) or a date-time string."""
+    gpus: str | None = None
+    """GPUs of the whole job, split evenly over its pods."""
+    gpus_per_pod: str | None = None
+    """GPUs of each pod (instead of ``gpus``)."""
+    pods: str | None = None
+    """Gang size; absent = 1 pod."""
+    duration: str | None = None
+    """Run time in seconds (see ``units.time``)."""
+    start: str | None = None
+    """Start time; with ``end`` gives the run time when there is no ``duration``."""
+    end: str | None = None
+    """End time; the run time is ``end - start`` (or ``end - submit`` without ``start``)."""
+    tenant: str | None = None
+    """User, team or virtual cluster: looked up in ``queues``."""
+    name: str | None = None
+    """Job id; absent = ``job-<row number>``."""
+    cpu: str | None = None
+    """Cores of the whole job, split evenly over its pods."""
+    memory_gib: str | None = None
+    """Memory of the whole job (see ``units.memory_gib``), split evenly over its pods."""
+    priority: str | None = None
+    """A class key (QoS, priority) looked up in ``priority_classes``."""
+    state: str | None = None
+    """The job's final state, matched against ``exclude_states``."""
+
+
+class Units(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Divisors from a csv trace's units to seconds, GPUs, cores and GiB."""
+
+    time: Positive = 1
+    """1000 for milliseconds, 1000000 for microseconds (numeric times and durations)."""
+    gpus: Positive = 1
+    """1000 for milli-GPUs, 100 for percent of a GPU."""
+    cpu: Positive = 1
+    """1000 for millicores."""
+    memory_gib: Positive = 1
+    """1024 for MiB."""
+
+
+class Mapping(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``mapping.yaml``: how a trace's tenants and classes become queues and priorities."""
+
+    queues: dict[str, str] = {}
+    """Tenant (Alibaba: QoS class; Helios/Philly: vc or user; csv: tenant column) -> queue."""
+    default_queue: str | None = None
+    """Queue of tenants not in ``queues``; absent = a queue named after the tenant."""
+    tenant: str = "vc"
+    """Helios and Philly: which field is the tenant, ``vc`` or ``user``."""
+    priority_classes: dict[str, str] = {}
+    """Class key (Alibaba: QoS; csv: priority column; others: tenant) -> priority class."""
+    default_priority_class: str = "train"
+    deserved_percent: dict[str, Annotated[float, msgspec.Meta(ge=0, le=100)]] = {}
+    """Queue -> deserved GPU percent in the written queues.yaml; others share the rest."""
+    exclude_states: list[str] = []
+    """Skip jobs whose final state is one of these (Alibaba pod_phase, Helios state, ...)."""
+    columns: Columns = Columns()
+    units: Units = Units()
+    limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Keep only the first ``limit`` jobs by submission time."""
+    time_scale: Positive = 1.0
+    """Multiply arrival times and run times by this (0.5 = replay twice as fast)."""
+
+
+def load_mapping(path: str | Path | None) -> Mapping:
+    """The mapping file at ``path`` (validated), or the defaults when ``path`` is None."""
+    mapping = Mapping() if path is None else load(path, Mapping)
+    where = str(path) if path is not None else "mapping"
+    for key, cls in [
+        *mapping.priority_classes.items(),
+        ("default", mapping.default_priority_class),
+    ]:
+        if cls not in PRIORITY_CLASSES and not _is_int(cls):
+            raise ConfigError(
+                f"{where}: priority class {cls!r} (for {key!r}) is not one of "
+                f"{', '.join(PRIORITY_CLASSES)} or an integer"
+            )
+    if mapping.tenant not in ("vc", "user"):
+        raise ConfigError(f"{where}: tenant must be vc or user, not {mapping.tenant!r}")
+    return mapping
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(slots=True)
+class TraceJob:
+    """One job of a trace in integer units, before the mapping is applied."""
+
+    name: str
+    tenant: str
+    class_key: str
+    state: str
+    submit_s: float
+    runtime_s: float
+    pods: int
+    gpu_milli: int
+    """Per pod."""
+    cpu_milli: int
+    """Per pod."""
+    memory_mib: int
+    """Per pod."""
+    where: str
+    """``file:line`` (or ``file: job [i]``) for messages."""
+
+
+@dataclass(slots=True)
+class Skips:
+    """Rows left out, by reason, with the first place each reason occurred."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    first: dict[str, str] = field(default_factory=dict)
+
+    def add(self, reason: str, where: str) -> None:
+        """Count one skipped row."""
+        self.counts[reason] += 1
+        self.first.setdefault(reason, where)
+
+
+class _Row:
+    """A CSV row with ``file:line``-naming accessors."""
+
+    __slots__ = ("line", "path", "values")
+
+    def __init__(self, path: str, line: int, values: dict[str, str]) -> None:
+        self.path = path
+        self.line = line
+        self.values = values
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def error(self, column: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.where}: column {column!r}: {problem}")
+
+    def text(self, column: str) -> str:
+        return (self.values.get(column) or "").strip()
+
+    def number(self, column: str, *, default: Decimal | None = None) -> Decimal:
+        """A finite, non-negative number; a blank cell is ``default`` if one is given."""
+        raw = self.text(column)
+        if not raw and default is not None:
+            return default
+        return _decimal(raw, lambda problem: self.error(column, problem))
+
+    def time(self, column: str, unit: float = 1) -> float | None:
+        """Seconds: a number divided by ``unit``, or a date-time string; blank -> None."""
+        raw = self.text(column)
+        if not raw:
+            return None
+        return _time(raw, unit, lambda problem: self.error(column, problem))
+
+
+def _decimal(raw: str, error: Any) -> Decimal:
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        raise error(f"not a number: {raw!r}") from None
+    if not value.is_finite() or value < 0:
+        raise error(f"not a finite non-negative number: {raw!r}")
+    return value
+
+
+def _time(raw: str, unit: float, error: Any) -> float:
+    try:
+        return float(Decimal(raw) / Decimal(str(unit)))
+    except InvalidOperation:
+        pass
+    try:
+        stamp = datetime.fromisoformat(raw)
+    except ValueError:
+        raise error(f"not a time (seconds or 'YYYY-MM-DD HH:MM:SS'): {raw!r}") from None
+    # Only differences matter (time is shifted to start at 0); naive stamps are read as UTC
+    # so the result does not depend on this machine's time zone or its DST changes.
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _csv_rows(path: Path, required: list[str]) -> Iterator[_Row]:
+    """Rows of a CSV file with a header; a missing required column names the file and line 1."""
+    name = str(path)
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read: {exc.strerror}") from exc
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise ConfigError(f"{name}: empty file (no header line)") from None
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise ConfigError(
+                f"{name}:1: missing column {missing[0]!r} (the header has: {', '.join(header)})"
+            )
+        try:
+            for values in reader:
+                if not any(v.strip() for v in values):
+                    continue
+                if len(values) != len(header):
+                    raise ConfigError(
+                        f"{name}:{reader.line_num}: {len(values)} fields, the header has "
+                        f"{len(header)}"
+                    )
+                yield _Row(name, reader.line_num, dict(zip(header, values, strict=True)))
+        except csv.Error as exc:
+            raise ConfigError(f"{name}:{reader.line_num}: not valid CSV: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{name}: not UTF-8 text: {exc}") from exc
+
+
+def _gang(total_milli: int, pods: int, row: _Row, column: str) -> tuple[int, int]:
+    """(pods, GPU milli per pod) for a job's total GPUs and node count.
+
+    An even split keeps the gang; an uneven one (12 GPUs on 2 nodes) cannot be expressed as
+    identical pods, so it becomes one pod holding all of them, as the issue specifies.
+    """
+    pods = max(1, pods)
+    if total_milli % pods == 0 and _valid_pod_gpu(total_milli // pods):
+        return pods, total_milli // pods
+    if not _valid_pod_gpu(total_milli):
+        raise row.error(
+            column, f"{total_milli / MILLI:g} GPUs: a pod takes a fraction of one GPU or whole GPUs"
+        )
+    return 1, total_milli
+
+
+def _valid_pod_gpu(amount: int) -> bool:
+    return amount <= MILLI or amount % MILLI == 0
+
+
+def _int(value: Decimal, row: _Row, column: str) -> int:
+    if value != value.to_integral_value():
+        raise row.error(column, f"not a whole number: {value}")
+    return int(value)
+
+
+def _milli(value: Decimal) -> int:
+    return int((value * MILLI).to_integral_value())
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_alibaba(path: Path, skips: Skips) -> Iterator[TraceJob]:
+    """The Alibaba ``openb_pod_list_*.csv``: one single-pod job per row."""
+    del skips  # every well-formed row is a job
+    required = [
+        "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "qos", "pod_phase",
+        "creation_time", "deletion_time", "scheduled_time",
+    ]  # fmt: skip
+    for row in _csv_rows(path, required):
+        num_gpu = _int(row.number("num_gpu"), row, "num_gpu")
+        if num_gpu == 1:
+            # gpu_milli is a share of one device; a blank cell means the whole device
+            share = _int(row.number("gpu_milli", default=Decimal(MILLI)), row, "gpu_milli")
+            if not 0 < share <= MILLI:
+                raise row.error("gpu_milli", f"{share} is outside 1..1000 for a 1-GPU pod")
+            gpu = share
+        else:
+            gpu = num_gpu * MILLI  # gpu_milli is 1000 (or 0 for CPU pods): whole devices
+        created = row.time("creation_time")
+        deleted = row.time("deletion_time")
+        if created is None:
+            raise row.error("creation_time", "blank")
+        if deleted is None:
+            raise row.error("deletion_time", "blank")
+        scheduled = row.time("scheduled_time")
+        started = scheduled if scheduled is not None else created
+        yield TraceJob(
+            name=row.text("name") or f"pod-{row.line:06d}",
+            tenant=row.text("qos"),
+            class_key=row.text("qos"),
+            state=row.text("pod_phase"),
+            submit_s=created,
+            runtime_s=deleted - started,
+            pods=1,
+            gpu_milli=gpu,
+            cpu_milli=_int(row.number("cpu_milli"), row, "cpu_milli"),
+            memory_mib=_int(row.number("memory_mib"), row, "memory_mib"),
+            where=row.where,
+        )
+
+
+def read_helios(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
+    """Helios ``cluster_log.csv``: ``node_num`` pods sharing ``gpu_num`` GPUs."""
+    header = _header(path)
+    required = ["job_id", "gpu_num", "node_num", "submit_time", mapping.tenant]
+    if "duration" not in header:
+        required += ["start_time", "end_time"]
+    for row in _csv_rows(path, required):
+        submit = row.time("submit_time")
+        if submit is None:
+            raise row.error("submit_time", "blank")
+        runtime = _runtime(row, "duration" if "duration" in header else None, "start_time",
+                           "end_time", submit, 1)  # fmt: skip
+        if runtime is None:
+            skips.add("no duration and no start/end time", row.where)
+            continue
+        nodes = _int(row.number("node_num", default=Decimal(1)), row, "node_num")
+        gpus = _int(row.number("gpu_num"), row, "gpu_num")
+        pods, per_pod = _gang(gpus * MILLI, nodes, row, "gpu_num")
+        cpu = row.number("cpu_num", default=Decimal(0)) if "cpu_num" in header else Decimal(0)
+        tenant = row.text(mapping.tenant)
+        yield TraceJob(
+            name=row.text("job_id") or f"job-{row.line:06d}",
+            tenant=tenant,
+            class_key=tenant,
+            state=row.text("state"),
+            submit_s=submit,
+            runtime_s=runtime,
+            pods=pods,
+            gpu_milli=per_pod,
+            cpu_milli=_milli(cpu) // pods,
+            memory_mib=0,
+            where=row.where,
+        )
+
+
+def _runtime(
+    row: _Row,
+    duration: str | None,
+    start: str | None,
+    end: str | None,
+    submit: float,
+    unit: float,
+) -> float | None:
+    """Seconds of run time: the duration column, else end - start (or end - submit)."""
+    if duration is not None and row.text(duration):
+        return float(row.number(duration) / Decimal(str(unit)))
+    if end is None:
+        return None
+    finished = row.time(end, unit)
+    if finished is None:
+        return None
+    began = row.time(start, unit) if start is not None else None
+    return finished - (began if began is not None else submit)
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return [h.strip() for h in next(csv.reader(handle), [])]
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}:1: unreadable header: {exc}") from exc
+
+
+class _PhillyDetail(msgspec.Struct, frozen=True):
+    ip: str | None = None
+    gpus: list[str] = []
+
+
+class _PhillyAttempt(msgspec.Struct, frozen=True):
+    start_time: str | None = None
+    end_time: str | None = None
+    detail: list[_PhillyDetail] = []
+
+
+class _PhillyJob(msgspec.Struct, frozen=True):
+    jobid: str
+    submitted_time: str | None
+    user: str = ""
+    vc: str = ""
+    status: str = ""
+    attempts: list[_PhillyAttempt] = []
+
+
+def read_philly(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
+    """Philly ``cluster_job_log``: GPUs and run time from each job's last attempt."""
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read: {exc.strerror}") from exc
+    try:
+        jobs = msgspec.json.decode(raw, type=list[_PhillyJob])
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: {exc}") from exc  # names the path, e.g. `$[3].attempts`
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{name}: not valid JSON: {exc}") from exc
+    for index, job in enumerate(jobs):
+        where = f"{name}: job [{index}] ({job.jobid})"
+        if not job.attempts:
+            skips.add("no attempts (never started)", where)
+            continue
+        last = job.attempts[-1]
+        if job.submitted_time is None or last.start_time is None or last.end_time is None:
+            skips.add("a time is None (submitted, or last attempt's start or end)", where)
+            continue
+        submit = _philly_time(job.submitted_time, where, "submitted_time")
+        start = _philly_time(last.start_time, where, "attempts[-1].start_time")
+        end = _philly_time(last.end_time, where, "attempts[-1].end_time")
+        per_pod = [len(d.gpus) for d in last.detail]
+        total = sum(per_pod)
+        if total == 0:
+            skips.add("no GPUs in the last attempt's detail", where)
+            continue
+        if len(set(per_pod)) == 1:
+            pods, gpu = len(per_pod), per_pod[0] * MILLI
+        else:  # uneven machines (8 + 4): identical pods cannot express it, keep one pod
+            pods, gpu = 1, total * MILLI
+        tenant = job.vc if mapping.tenant == "vc" else job.user
+        yield TraceJob(
+            name=job.jobid,
+            tenant=tenant,
+            class_key=tenant,
+            state=job.status,
+            submit_s=submit,
+            runtime_s=end - start,
+            pods=pods,
+            gpu_milli=gpu,
+            cpu_milli=0,
+            memory_mib=0,
+            where=where,
+        )
+
+
+def _philly_time(text: str, where: str, column: str) -> float:
+    def error(problem: str) -> ConfigError:
+        return ConfigError(f"{where}: {column}: {problem}")
+
+    return _time(text, 1, error)
+
+
+def read_csv(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
+    """Any CSV through ``mapping.columns`` and ``mapping.units`` (docs/traces.md)."""
+    cols, units = mapping.columns, mapping.units
+    if (cols.gpus is None) == (cols.gpus_per_pod is None):
+        raise ConfigError("csv: the mapping must name exactly one of columns.gpus, gpus_per_pod")
+    if cols.duration is None and cols.end is None:
+        raise ConfigError("csv: the mapping must name columns.duration or columns.end")
+    named = [cols.submit, cols.gpus, cols.gpus_per_pod, cols.pods, cols.duration, cols.start,
+             cols.end, cols.tenant, cols.name, cols.cpu, cols.memory_gib, cols.priority,
+             cols.state]  # fmt: skip
+    required = [c for c in named if c is not None]
+    gpu_unit = Decimal(str(units.gpus))
+    for index, row in enumerate(_csv_rows(path, required)):
+        submit = row.time(cols.submit, units.time)
+        if submit is None:
+            raise row.error(cols.submit, "blank")
+        runtime = _runtime(row, cols.duration, cols.start, cols.end, submit, units.time)
+        if runtime is None:
+            skips.add("no duration and no end time", row.where)
+            continue
+        pods = 1
+        if cols.pods is not None:
+            pods = max(1, _int(row.number(cols.pods, default=Decimal(1)), row, cols.pods))
+        if cols.gpus is not None:
+            total = _milli(row.number(cols.gpus) / gpu_unit)
+            pods, per_pod = _gang(total, pods, row, cols.gpus)
+        else:
+            assert cols.gpus_per_pod is not None
+            per_pod = _milli(row.number(cols.gpus_per_pod) / gpu_unit)
+            if not _valid_pod_gpu(per_pod):
+                raise row.error(
+                    cols.gpus_per_pod,
+                    f"{per_pod / MILLI:g} GPUs: a pod takes a fraction of one GPU or whole GPUs",
+                )
+        cpu = Decimal(0)
+        if cols.cpu is not None:
+            cpu = row.number(cols.cpu, default=Decimal(0)) / Decimal(str(units.cpu))
+        memory = Decimal(0)
+        if cols.memory_gib is not None:
+            memory = row.number(cols.memory_gib, default=Decimal(0)) / Decimal(
+                str(units.memory_gib)
+            )
+        tenant = row.text(cols.tenant) if cols.tenant is not None else ""
+        yield TraceJob(
+            name=(row.text(cols.name) if cols.name else "") or f"job-{index + 1:06d}",
+            tenant=tenant,
+            class_key=row.text(cols.priority) if cols.priority is not None else tenant,
+            state=row.text(cols.state) if cols.state is not None else "",
+            submit_s=submit,
+            runtime_s=runtime,
+            pods=pods,
+            gpu_milli=per_pod,
+            cpu_milli=_milli(cpu) // pods,
+            memory_mib=int((memory * 1024).to_integral_value()) // pods,
+            where=row.where,
+        )
+
+
+# --------------------------------------------------------------------------- building
+
+
+@dataclass(slots=True)
+class Summary:
+    """What an import produced and what it left out."""
+
+    jobs: int = 0
+    pods: int = 0
+    gpu_milli: int = 0
+    span_s: float = 0.0
+    per_queue: Counter[str] = field(default_factory=Counter)
+    per_class: Counter[str] = field(default_factory=Counter)
+    gpu_shapes: Counter[str] = field(default_factory=Counter)
+    """Jobs by GPUs per job: ``"0"``, ``"fractional"``, ``"1"``, ``"8"``, ..."""
+    skips: Skips = field(default_factory=Skips)
+    renamed: int = 0
+    """Jobs renamed ``<name>-2``, ... because the trace repeats their id."""
+    limited: int = 0
+    """Jobs dropped by ``limit``."""
+
+    def lines(self) -> list[str]:
+        """The summary as printable lines."""
+        out = [
+            f"{self.jobs:,} jobs, {self.pods:,} pods, {self.gpu_milli / MILLI:,.1f} GPUs requested"
+            f", submissions over {self.span_s / 86_400:,.2f} days ({self.span_s:,.0f} s)",
+            "GPUs per job: " + ", ".join(f"{k}: {v:,}" for k, v in _shape_order(self.gpu_shapes)),
+            "per queue: " + ", ".join(f"{q} {n:,}" for q, n in sorted(self.per_queue.items())),
+            "per priority class: "
+            + ", ".join(f"{c} {n:,}" for c, n in sorted(self.per_class.items())),
+        ]
+        if self.limited:
+            out.append(f"limit: left out the last {self.limited:,} jobs")
+        if self.renamed:
+            out.append(f"renamed {self.renamed:,} jobs whose id repeats (suffix -2, -3, ...)")
+        for reason, count in sorted(self.skips.counts.items()):
+            out.append(f"skipped {count:,}: {reason} (first: {self.skips.first[reason]})")
+        return out
+
+
+def _shape_order(shapes: Counter[str]) -> list[tuple[str, int]]:
+    def key(item: tuple[str, int]) -> tuple[float, str]:
+        name = item[0]
+        return (0.5 if name == "fractional" else float(name), name)
+
+    return sorted(shapes.items(), key=key)
+
+
+@dataclass(slots=True)
+class TraceImport:
+    """The result of an import: the workload, a queues file for it, and the summary."""
+
+    workload: WorkloadFile
+    queues: QueuesFile
+    summary: Summary
+
+
+def import_trace(
+    fmt: str, path: str | Path, mapping: Mapping | None = None, limit: int | None = None
+) -> TraceImport:
+    """Read a trace of format ``fmt`` (one of ``FORMATS``) into simulator inputs."""
+    mapping = mapping or Mapping()
+    source = Path(path)
+    skips = Skips()
+    rows: Iterator[TraceJob]
+    match fmt:
+        case "alibaba-openb":
+            rows = read_alibaba(source, skips)
+        case "helios":
+            rows = read_helios(source, skips, mapping)
+        case "philly":
+            rows = read_philly(source, skips, mapping)
+        case "csv":
+            rows = read_csv(source, skips, mapping)
+        case _:
+            raise ConfigError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return build(rows, mapping, skips, limit if limit is not None else mapping.limit)
+
+
+def build(
+    rows: Iterator[TraceJob], mapping: Mapping, skips: Skips, limit: int | None = None
+) -> TraceImport:
+    """Apply the mapping to trace rows: filter, sort, limit, shift time, name queues."""
+    excluded = set(mapping.exclude_states)
+    kept: list[TraceJob] = []
+    for job in rows:
+        if job.state in excluded:
+            skips.add(f"state {job.state} excluded by the mapping", job.where)
+            continue
+        kept.append(job)
+    kept.sort(key=lambda j: j.submit_s)  # stable: ties keep file order
+    summary = Summary(skips=skips)
+    if limit is not None and len(kept) > limit:
+        summary.limited = len(kept) - limit
+        kept = kept[:limit]
+    origin = kept[0].submit_s if kept else 0.0
+    scale = mapping.time_scale
+    defaults = dict(ALIBABA_CLASSES)
+    names: Counter[str] = Counter()
+    specs: list[JobSpec] = []
+    for job in kept:
+        names[job.name] += 1
+        name = job.name
+        if names[name] > 1:
+            name = f"{job.name}-{names[job.name]}"
+            summary.renamed += 1
+        queue = _queue(job.tenant, mapping)
+        cls = mapping.priority_classes.get(job.class_key) or defaults.get(job.class_key)
+        cls = cls or mapping.default_priority_class
+        # a pod that lived less than a second (or whose clock ran backwards) still ran
+        runtime = max(1.0, job.runtime_s) * scale
+        specs.append(
+            JobSpec(
+                name=name,
+                queue=queue,
+                at_s=_seconds((job.submit_s - origin) * scale),
+                runtime_s=max(0.001, _seconds(runtime)),
+                pods=job.pods,
+                gpus_per_pod=_human(job.gpu_milli, MILLI),
+                cpu_per_pod=_human(job.cpu_milli, MILLI),
+                memory_gib_per_pod=_human(job.memory_mib, 1024),
+                priority_class=cls,
+            )
+        )
+        summary.jobs += 1
+        summary.pods += job.pods
+        summary.gpu_milli += job.pods * job.gpu_milli
+        summary.per_queue[queue] += 1
+        summary.per_class[cls] += 1
+        total = job.pods * job.gpu_milli
+        shape = "fractional" if 0 < total < MILLI else f"{total / MILLI:g}"
+        summary.gpu_shapes[shape] += 1
+    span = specs[-1].at_s if specs else 0.0
+    summary.span_s = span
+    workload = WorkloadFile(seed=0, horizon_s=max(1, span), jobs=specs)
+    return TraceImport(workload, queues_for(sorted(summary.per_queue), mapping), summary)
+
+
+def _queue(tenant: str, mapping: Mapping) -> str:
+    if tenant in mapping.queues:
+        return mapping.queues[tenant]
+    if mapping.default_queue:
+        return mapping.default_queue
+    # a queue per tenant: lower case, one dash for any run of other characters
+    return re.sub(r"[^a-z0-9]+", "-", tenant.lower()).strip("-") or "default"
+
+
+def queues_for(names: list[str], mapping: Mapping) -> QueuesFile:
+    """One top-level queue per name: the mapping's percentages, the rest shared equally.
+
+    Whole percents (the ledger records ``deserved_gpu_percent`` as an integer); the first
+    queues take the remainder so the shares add up to exactly 100.
+    """
+    given = dict(mapping.deserved_percent)
+    everyone = sorted({*names, *given})
+    rest = [q for q in everyone if q not in given]
+    left = max(0, 100 - int(sum(given.values())))
+    share: dict[str, float] = dict(given)
+    if rest:
+        base, extra = divmod(left, len(rest))
+        for index, name in enumerate(rest):
+            share[name] = base + (1 if index < extra else 0)
+    return QueuesFile(
+        queues=[
+            QueueSpec(name=q, deserved_percent=int(p) if float(p).is_integer() else p)
+            for q, p in ((q, share[q]) for q in everyone)
+        ]
+    )
+
+
+def _seconds(value: float) -> float:
+    """Seconds to the millisecond the simulator keeps; whole seconds as ints (``60``)."""
+    ms = round(value * 1000)
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+def _human(amount: int, per_unit: int) -> float:
+    """Integer units as a human number: whole values stay ints (``8`` not ``8.0``)."""
+    whole, rest = divmod(amount, per_unit)
+    return whole if not rest else amount / per_unit
+
+
+# --------------------------------------------------------------------------- node list
+
+
+def import_nodes(path: str | Path) -> ClusterFile:
+    """An ``openb_node_list_*.csv`` as a cluster: one node group per identical node shape.
+
+    Groups are keyed by (GPUs, model, cores, memory) in order of first appearance and
+    labelled ``gpu-model: <model>``. Nodes without GPUs are kept: CPU-only pods of the trace
+    may run there.
+    """
+    source = Path(path)
+    shapes: dict[tuple[int, str, int, int], int] = {}
+    for row in _csv_rows(source, ["cpu_milli", "memory_mib", "gpu", "model"]):
+        shape = (
+            _int(row.number("gpu"), row, "gpu"),
+            row.text("model"),
+            _int(row.number("cpu_milli"), row, "cpu_milli"),
+            _int(row.number("memory_mib"), row, "memory_mib"),
+        )
+        shapes[shape] = shapes.get(shape, 0) + 1
+    groups: list[NodeGroup] = []
+    for (gpus, model, cpu, memory), count in shapes.items():
+        label = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "cpu"
+        groups.append(
+            NodeGroup(
+                name=f"{label}-{gpus}gpu-{_human(cpu, MILLI):g}c-{_human(memory, 1024):g}gi",
+                count=count,
+                gpus=gpus,
+                gpu_model=model,
+                cpu=_human(cpu, MILLI),
+                memory_gib=_human(memory, 1024),
+                labels={"gpu-model": model} if model else {},
+            )
+        )
+    if not groups:
+        raise ConfigError(f"{source}: no nodes")
+    return ClusterFile(nodes=groups)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def encode(value: WorkloadFile | QueuesFile | ClusterFile) -> bytes:
+    """YAML for an input file, leaving out fields equal to their defaults.
+
+    Built from the validated Struct and encoded with ``msgspec.yaml.encode``; dropping
+    defaults halves the size and the load time of a large workload without changing what
+    it decodes to.
+    """
+    return msgspec.yaml.encode(_compact(value))
+
+
+def _compact(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        out: dict[str, Any] = {}
+        for name, key, default in _defaults(type(value)):
+            item = getattr(value, name)
+            if default is not msgspec.NODEFAULT and item == default:
+                continue
+            out[key] = _compact(item)
+        return out
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _defaults(kind: type[msgspec.Struct]) -> tuple[tuple[str, str, Any], ...]:
+    """(attribute, encoded name, default) per field; introspection is slow, so once a type."""
+    out: list[tuple[str, str, Any]] = []
+    for info in msgspec.structs.fields(kind):
+        default = info.default
+        if info.default_factory is not msgspec.NODEFAULT:
+            default = info.default_factory()
+        out.append((info.name, info.encode_name, default))
+    return tuple(out)
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it into place.
+
+    A crash or a full disk leaves either the old file or the new one, never half of one.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with temp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temp.replace(target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
