@@ -1,0 +1,44 @@
+"""Every built-in example, and a 10,000-job run, replays with zero mismatches."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from bench.__main__ import MONTH_CLUSTER, MONTH_QUEUES, MONTH_WORKLOAD
+from events.memlog import MemoryLedger
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, parse
+from replay.examples import EXAMPLES
+from replay.sim import Simulation
+from replay.verify import run as replay
+
+
+@pytest.mark.parametrize("policy", ["gpuledger", "fifo", "drf"])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_every_example_replays_with_zero_mismatches(name: str, policy: str) -> None:
+    example = EXAMPLES[name]
+    ledger = MemoryLedger()
+    Simulation(
+        load(example.path("cluster"), ClusterFile),
+        load(example.path("queues"), QueuesFile),
+        load(example.path("workload"), WorkloadFile),
+        policy,
+        ledger,
+    ).run()
+    result = replay(ledger)
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    assert result.decisions > 0
+
+
+def test_a_ten_thousand_job_run_replays_with_zero_mismatches() -> None:
+    workload = parse(MONTH_WORKLOAD, WorkloadFile)
+    workload = msgspec.structs.replace(workload, horizon_s=workload.horizon_s / 10)
+    ledger = MemoryLedger()
+    result = Simulation(
+        parse(MONTH_CLUSTER, ClusterFile), parse(MONTH_QUEUES, QueuesFile), workload,
+        "gpuledger", ledger,
+    ).run()  # fmt: skip
+    assert result.jobs >= 9_900
+    replayed = replay(ledger)
+    assert replayed.ok, replayed.mismatch and replayed.mismatch.diff()
+    assert replayed.records == len(ledger.records) > 100_000
