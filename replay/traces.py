@@ -138,6 +138,8 @@ def load_mapping(path: str | Path | None) -> Mapping:
                 f"{where}: priority class {cls!r} (for {key!r}) is not one of "
                 f"{', '.join(PRIORITY_CLASSES)} or an integer"
             )
+    if sum(mapping.deserved_percent.values()) > 100:
+        raise ConfigError(f"{where}: deserved_percent adds up to more than 100")
     if mapping.tenant not in ("vc", "user"):
         raise ConfigError(f"{where}: tenant must be vc or user, not {mapping.tenant!r}")
     return mapping
