@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from events import cli as events_cli  # noqa: PLC0415  # keep `gpuledger --help` fast
     from projections import cli as projections_cli  # noqa: PLC0415
     from replay import cli as replay_cli  # noqa: PLC0415
+    from replay import trace_cli  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="gpuledger", description="An event-sourced GPU batch scheduler with a replayable log."
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     events_cli.register(sub)
     projections_cli.register(sub)
     replay_cli.register(sub)
+    trace_cli.register(sub)
     return parser
 
 
