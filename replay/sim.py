@@ -121,16 +121,13 @@ def expand(workload: WorkloadFile) -> list[SimJob]:
     jobs: list[SimJob] = []
     for index, spec in enumerate(workload.jobs):
         where = f"workload.jobs[{index}] ({spec.name})"
-        pod_gpu = gpu_milli(spec.gpus_per_pod, f"{where}.gpus_per_pod")
-        pods = tuple(
-            PodSpec(
-                name=f"{spec.name}-{k}",
-                gpu_milli=pod_gpu,
-                cpu_milli=milli(spec.cpu_per_pod, f"{where}.cpu_per_pod"),
-                memory_mib=mib(spec.memory_gib_per_pod),
-                node_selector=dict(spec.node_selector),
-            )
-            for k in range(spec.pods)
+        pods = _gang(
+            spec.name,
+            spec.pods,
+            gpu_milli(spec.gpus_per_pod, f"{where}.gpus_per_pod"),
+            milli(spec.cpu_per_pod, f"{where}.cpu_per_pod"),
+            mib(spec.memory_gib_per_pod),
+            spec.node_selector,
         )
         runtime = round(spec.runtime_s * SECOND)
         jobs.append(
@@ -163,15 +160,13 @@ def expand(workload: WorkloadFile) -> list[SimJob]:
             size = max(1, round(sample(gen.gang_size, rng)))
             pod_gpu = gpu_milli(_gpu_value(sample(gen.gpus_per_pod, rng)), f"{where}.gpus")
             runtime = max(1, round(sample(gen.runtime_s, rng) * SECOND))
-            pods = tuple(
-                PodSpec(
-                    name=f"{name}-{k}",
-                    gpu_milli=pod_gpu,
-                    cpu_milli=milli(gen.cpu_per_pod, f"{where}.cpu_per_pod"),
-                    memory_mib=mib(gen.memory_gib_per_pod),
-                    node_selector=dict(gen.node_selector),
-                )
-                for k in range(size)
+            pods = _gang(
+                name,
+                size,
+                pod_gpu,
+                milli(gen.cpu_per_pod, f"{where}.cpu_per_pod"),
+                mib(gen.memory_gib_per_pod),
+                gen.node_selector,
             )
             jobs.append(
                 SimJob(
@@ -195,6 +190,22 @@ def expand(workload: WorkloadFile) -> list[SimJob]:
         names[job.submitted.job] = None
     jobs.sort(key=lambda j: (j.at, j.submitted.job))
     return jobs
+
+
+def _gang(
+    job: str, size: int, gpu: int, cpu: int, memory: int, selector: dict[str, str]
+) -> tuple[PodSpec, ...]:
+    """``size`` identical pods named ``{job}-{index}``."""
+    return tuple(
+        PodSpec(
+            name=f"{job}-{k}",
+            gpu_milli=gpu,
+            cpu_milli=cpu,
+            memory_mib=memory,
+            node_selector=dict(selector),
+        )
+        for k in range(size)
+    )
 
 
 def _ms(seconds: float | None) -> int | None:
