@@ -401,5 +401,5 @@ def lost_work(job: Job, now: int) -> tuple[int, int]:
     ran = now - job.started_at
     interval = job.checkpoint_interval_ms
     kept = (ran // interval) * interval if interval else 0
-    gpu_milli = sum(slot.milli for p in job.placements.values() for slot in p.gpus)
+    gpu_milli = sum(slot.milli for p in job.live() for slot in p.gpus)
     return ((ran - kept) * gpu_milli // MILLI, kept)

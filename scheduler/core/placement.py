@@ -293,7 +293,7 @@ class Statement:
     def evict(self, job: Job) -> None:
         """Tentatively release every pod of a running job."""
         specs = {p.name: p for p in job.pods}
-        for placement in job.placements.values():
+        for placement in job.live():  # finished pods gave their resources back already
             node = self.nodes.get(placement.node)
             if node is None:
                 continue

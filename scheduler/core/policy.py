@@ -251,6 +251,11 @@ class Reservation:
     nodes: dict[str, None]
 
 
+BACKFILL_TRIES = 64
+"""Failed backfill attempts per queue and cycle before the queue stops looking further
+(as Slurm's bf_max_job_test): keeps a cycle bounded with thousands of pending jobs."""
+
+
 def _gang_policy(state: State, emit: Emit) -> None:
     if state.config.stale_gang_eviction and state.stale:
         _evict_stale_gangs(state, emit)
@@ -258,6 +263,9 @@ def _gang_policy(state: State, emit: Emit) -> None:
     reservations: list[Reservation] = []
     done: dict[str, None] = {}
     cursor: dict[str, int] = {}
+    blocked: dict[str, None] = {}
+    misses: dict[str, int] = {}
+    failed: list[tuple[int, int, bool]] = []
     leaves = [q for q in state.leaf_queues() if q.pending]
     backfill = state.config.backfill
     while True:
@@ -278,27 +286,33 @@ def _gang_policy(state: State, emit: Emit) -> None:
             )
             cursor[queue.name] = index + 1
             continue
-        if _try_job(state, queue, job, shares, emit, reservations):
+        if queue.name in blocked:
+            # Behind the queue's blocked head: only a plain placement into the gap.
+            if _try_job(state, queue, job, shares, emit, reservations, failed, head=False):
+                continue
+            cursor[queue.name] = index + 1
+            misses[queue.name] = misses.get(queue.name, 0) + 1
+            if misses[queue.name] >= BACKFILL_TRIES:
+                done[queue.name] = None
+            continue
+        if _try_job(state, queue, job, shares, emit, reservations, failed, head=True):
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
         if not backfill:
             done[queue.name] = None  # first in, first out: the queue waits behind it
             continue
-        if not any(r.job == job.job for r in reservations):
-            reservation = _reserve(state, job)
-            if reservation is not None:
-                reservations.append(reservation)
-                when = (
-                    "when running jobs end"
-                    if reservation.start == NEVER
-                    else seconds(reservation.start)
-                )
-                _note_reason(
-                    job,
-                    f"waiting for a reservation of {len(reservation.nodes)} nodes at {when}; "
-                    f"smaller jobs backfill the gap",
-                    emit,
-                )
+        blocked[queue.name] = None
+        reservation = _reserve(state, job)
+        if reservation is not None:
+            reservations.append(reservation)
+            start = reservation.start
+            when = "when running jobs end" if start == NEVER else seconds(start)
+            _note_reason(
+                job,
+                f"waiting for a reservation of {len(reservation.nodes)} nodes at {when}; "
+                f"smaller jobs backfill the gap",
+                emit,
+            )
 
 
 def _queue_order(queue: Queue, shares: Shares) -> tuple[int, int, int, int, int, str]:
@@ -357,32 +371,53 @@ def _try_job(
     shares: Shares,
     emit: Emit,
     reservations: list[Reservation],
+    failed: list[tuple[int, int, bool]],
+    *,
+    head: bool,
 ) -> bool:
+    """Admit and place one job; a queue's head may also make room and records why it waits.
+
+    ``failed`` remembers gang shapes that found no room this cycle: free capacity only
+    shrinks between evictions, so a gang at least as large in every way fails too.
+    """
     reason = _admission_reason(state, queue, job, shares)
     if reason is not None:
-        _note_reason(job, reason, emit)
+        if head:
+            _note_reason(job, reason, emit)
+        return False
+    allowed = _allowed_nodes(state, job, reservations)
+    shape = _gang_shape(job, allowed is not None)
+    if shape is not None and any(
+        shape[0] >= f[0] and shape[1] >= f[1] and shape[2] == f[2] for f in failed
+    ):
+        if head:
+            _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt = Statement(state.nodes, score=_score_for(state, queue, job))
-    allowed = _allowed_nodes(state, job, reservations)
     placements = stmt.place_gang(job, allowed)
     victims: list[tuple[Job, str]] = []
     moves: list[tuple[Job, list[PodPlacement]]] = []
-    if placements is None:
+    if placements is None and shape is not None and len(failed) < 32:
+        failed.append(shape)
+    if placements is None and head:
         placements, victims = _make_room(state, queue, job, shares, stmt, allowed)
-    if placements is None and state.config.consolidation:
-        placements, moves = _consolidate(state, job, stmt, allowed)
-        victims = [(moved, "consolidation") for moved, _ in moves]
+        if placements is None and state.config.consolidation:
+            placements, moves = _consolidate(state, job, stmt, allowed)
+            victims = [(moved, "consolidation") for moved, _ in moves]
     if placements is None:
-        _note_reason(job, _capacity_reason(state, job), emit)
+        if head:
+            _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt.undo_all()
+    if victims:
+        failed.clear()  # evictions free capacity: what failed before may fit now
     for victim, rule in victims:
         lost, kept = lost_work(victim, state.now)
         emit(
             JobPreempted(
                 job=victim.job,
                 queue=victim.queue,
-                pods=tuple(victim.placements),
+                pods=tuple(p.pod for p in victim.live()),
                 preemptor=job.job,
                 preemptor_queue=job.queue,
                 rule=rule,
@@ -403,6 +438,21 @@ def _try_job(
         )
     )
     return True
+
+
+def _gang_shape(job: Job, restricted: bool) -> tuple[int, int, bool] | None:
+    """(largest pod's GPUs, gang's GPUs, restricted) for the failed-shape memo; None for
+    gangs whose fit depends on more than size (selectors, tolerations, topology, CPU)."""
+    if job.topology_key:
+        return None
+    largest = 0
+    for pod in job.pods:
+        if pod.node_selector or pod.tolerations or pod.cpu_milli or pod.memory_mib:
+            return None
+        if pod.gpu_memory_mib and not pod.gpu_milli:
+            return None
+        largest = max(largest, pod.gpu_milli)
+    return (largest, job.request[0], restricted)
 
 
 def _allowed_nodes(state: State, job: Job, reservations: list[Reservation]) -> list[Node] | None:
@@ -586,14 +636,15 @@ def _consolidate(
             continue
         moves: list[tuple[Job, list[PodPlacement]]] = []
         for other in moved:
-            pods = [p for p in other.pods if p.name in other.placements]
+            live = {p.pod for p in other.live()}
+            pods = [p for p in other.pods if p.name in live]
             where = stmt.place_pods(other.job, pods, everywhere)
             if where is None:
                 break
             moves.append((other, where))
         if len(moves) == len(moved):
             # a job that would land exactly where it is did not need to move
-            changed = [(o, w) for o, w in moves if w != list(o.placements.values())]
+            changed = [(o, w) for o, w in moves if w != o.live()]
             return placements, changed
         stmt.rollback(point)
     stmt.undo_all()
@@ -726,7 +777,7 @@ def _preempt_candidates(state: State, queue: Queue, job: Job) -> list[Job]:
 
 
 def _held_gpu(job: Job) -> int:
-    return sum(slot.milli for p in job.placements.values() for slot in p.gpus)
+    return sum(slot.milli for p in job.live() for slot in p.gpus)
 
 
 # --------------------------------------------------------------------------- stale gangs
@@ -749,7 +800,7 @@ def _evict_stale_gangs(state: State, emit: Emit) -> None:
             JobPreempted(
                 job=job.job,
                 queue=job.queue,
-                pods=tuple(p for p in job.placements if p not in job.finished),
+                pods=tuple(p.pod for p in job.live()),
                 preemptor="",
                 preemptor_queue="",
                 rule="stale-gang",

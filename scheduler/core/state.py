@@ -142,14 +142,21 @@ class Job:
     stale_since: int | None = None
     """When a running gang fell below its minimum."""
 
-    @property
-    def request(self) -> tuple[int, int, int]:
-        """Total [gpu_milli, cpu_milli, memory_mib] over all pods.
+    request: tuple[int, int, int] = (0, 0, 0)
+    """Total [gpu_milli, cpu_milli, memory_mib] over all pods, computed once.
 
-        A pod asking for GPU memory rather than a fraction counts as one device here (its
-        real share depends on the node it lands on; quotas charge the real slots).
-        """
-        return (
+    A pod asking for GPU memory rather than a fraction counts as one device here (its
+    real share depends on the node it lands on; quotas charge the real slots).
+    """
+
+    def live(self) -> list[PodPlacement]:
+        """Placements of pods that have not finished: what the job holds now."""
+        if not self.finished:
+            return list(self.placements.values())
+        return [p for p in self.placements.values() if p.pod not in self.finished]
+
+    def __post_init__(self) -> None:
+        self.request = (
             sum(p.gpu_milli or (MILLI if p.gpu_memory_mib else 0) for p in self.pods),
             sum(p.cpu_milli for p in self.pods),
             sum(p.memory_mib for p in self.pods),
