@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
-.PHONY: demo test lint typecheck unit wheel-check bench clean venv
+.PHONY: demo test lint typecheck unit wheel-check bench clean venv kafka-up kafka-down k8s-up k8s-down browsers
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) kafka-up k8s-up browsers
 	$(VENV)/bin/pytest -q
+
+# Headless Chromium for the HTML report's screenshot test (apt; skipped when present).
+browsers:
+	bash scripts/install-chromium.sh
 
 # Build the wheel and install it into a fresh venv once, so a package or data
 # file missing from pyproject.toml is caught before users find it.
@@ -38,8 +42,25 @@ wheel-check: $(STAMP)
 
 test: lint typecheck unit wheel-check
 
-bench: $(STAMP)
-	$(PY) -m bench
+bench: $(STAMP) kafka-up k8s-up
+	$(PY) -m bench --kafka  # with the live path on the broker (bench/kafka_bench.py)
+	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server
+
+# A single-node Kafka (KRaft) on 127.0.0.1:19092 for the live path and its tests; jars are
+# cached in ~/.cache/gpuledger, data and logs live in /tmp/gpuledger-kafka (docs/operations.md).
+kafka-up:
+	bash scripts/kafka.sh up
+
+kafka-down:
+	bash scripts/kafka.sh down
+
+# etcd + kube-apiserver + kwok on 127.0.0.1:16443 for the Kubernetes adapters' tests; built
+# from the Go module proxy once and cached in ~/.cache/gpuledger/k8s (docs/operations.md).
+k8s-up:
+	bash scripts/k8s.sh up
+
+k8s-down:
+	bash scripts/k8s.sh down
 
 clean:
 	rm -rf $(VENV) $(OUT) build dist *.egg-info

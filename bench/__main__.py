@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="a tenth of the month")
     parser.add_argument("--json", default="out/bench.json", help="where to write the figures")
+    parser.add_argument("--kafka", action="store_true", help="also the live path on the broker")
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
     rows: list[dict[str, Any]] = []
@@ -112,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "detail": f"{elapsed:.1f} s",
         }
     )
+    from bench.projection import rows as projection_rows  # noqa: PLC0415  # DuckDB bench
+
+    rows += projection_rows(ledger)  # the month's first 1,000,000 events into DuckDB
+    if args.kafka:
+        from bench.kafka_bench import rows as kafka_rows  # noqa: PLC0415  # needs the broker
+
+        rows += kafka_rows(args.quick)
     widths = {k: max(len(k), *(len(_cell(r[k])) for r in rows)) for k in rows[0]}
     print("  ".join(k.ljust(widths[k]) for k in rows[0]))
     for row in rows:

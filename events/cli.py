@@ -22,6 +22,7 @@ from events.filelog import (
     verify,
 )
 from events.model import TAGS
+from events.port import LedgerReader
 
 
 def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -97,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ver.set_defaults(func=_verify)
 
     exp = cmds.add_parser("export", help="write the ledger as JSON Lines")
-    exp.add_argument("ledger", metavar="LEDGER", help="ledger directory")
+    exp.add_argument("ledger", metavar="LEDGER", help="ledger directory or kafka://HOST:PORT/TOPIC")
     exp.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file, - for stdout")
     _add_range(exp, "export")
     exp.set_defaults(func=_export)
@@ -204,7 +205,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with _user_errors():
-        reader = LedgerDirReader(args.ledger)
+        # A Kafka ledger topic (kafka://…) exports like a directory does.
+        reader = open_reader(args.ledger) if args.ledger.startswith("kafka://") else None
+        reader = reader or LedgerDirReader(args.ledger)
         if args.out == "-":
             out = _stdout()
             count = export_jsonl(reader, out, args.start, args.end)
@@ -215,7 +218,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_file(reader: LedgerDirReader, target: Path, start: int, end: int | None) -> int:
+def _export_file(reader: LedgerReader, target: Path, start: int, end: int | None) -> int:
     # Written aside and renamed, so a failed export never leaves a plausible-looking
     # half file under the requested name.
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

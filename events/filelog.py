@@ -746,7 +746,13 @@ MemoryReader = MemoryLedger
 
 
 def open_reader(src: str | os.PathLike[str]) -> LedgerReader:
-    """A reader over a ledger directory or a JSON Lines export (``.jsonl``/``.json``)."""
+    """A reader over a ledger directory, a JSON Lines export (``.jsonl``/``.json``) or a
+    Kafka ledger topic (``kafka://HOST:PORT/TOPIC?partition=N``)."""
+    if isinstance(src, str) and src.startswith("kafka://"):
+        # Imported here: aiokafka is needed only by those who read from Kafka.
+        from events.kafkalog import open_kafka_reader  # noqa: PLC0415
+
+        return open_kafka_reader(src)
     path = Path(src)
     if path.is_dir():
         return LedgerDirReader(path)

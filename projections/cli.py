@@ -1,23 +1,35 @@
-"""``gpuledger project``, ``gpuledger report`` and ``gpuledger sql``.
+"""``gpuledger project``, ``report``, ``sql``, ``export`` and ``metrics import``.
 
-A thin shell over ``projections.projector`` and ``projections.report``: argument parsing,
-output formats, and turning user mistakes (a missing database, bad SQL, a ledger that is
-not one) into ``CliError`` messages instead of tracebacks.
+A thin shell over ``projections.projector``, ``projections.report``, ``projections.html``,
+``projections.parquet`` and ``events.metrics``: argument parsing, output formats, and
+turning user mistakes (a missing database, bad SQL, a ledger that is not one, a malformed
+monitoring dump) into ``CliError`` messages instead of tracebacks.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
-from typing import TYPE_CHECKING, Any
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import duckdb
 import msgspec
 
 from events.codec import DecodeError
 from projections.projector import ProjectStats, SchemaError, connect, project
-from projections.report import REPORT_COLUMNS, Column, render_table, tenant_report
+from projections.report import (
+    Column,
+    full_report,
+    parse_window,
+    render_full_report,
+    render_table,
+)
 
 if TYPE_CHECKING:
     from scheduler.cli import CliError
@@ -33,13 +45,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Fold a ledger into DuckDB tables (events, queues, jobs) and views "
         "(tenant_percentiles, overall_percentiles). Re-running adds only new records.",
     )
-    p.add_argument("--ledger", required=True, metavar="SRC", help="ledger directory or .jsonl")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ledger", metavar="SRC", help="ledger directory, .jsonl or kafka://…")
+    src.add_argument(
+        "--follow", metavar="SRC", help="keep projecting a live ledger (kafka://… or directory)"
+    )
+    p.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between runs")
     p.add_argument("--db", required=True, metavar="FILE", help="DuckDB file (created if absent)")
     p.add_argument("--rebuild", action="store_true", help="drop the projection, start at 0")
     p.add_argument(
         "--batch-size", type=int, default=50_000, metavar="N", help="records per transaction"
     )
-    p.set_defaults(func=_project)
+    p.set_defaults(func=_project_or_follow)
 
     r = sub.add_parser(
         "report",
@@ -47,8 +64,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Per-queue job counts, time-to-ready and completion percentiles, "
         "preemptions and lost GPU hours, plus an 'all' row.",
     )
-    r.add_argument("--db", required=True, metavar="FILE", help="projection database")
-    r.add_argument("--format", choices=("table", "json"), default="table")
+    _add_source(r)
+    r.add_argument(
+        "--window",
+        metavar="SPAN",
+        help="only the last SPAN of ledger time, e.g. 24h, 7d (default: all history)",
+    )
+    r.add_argument("--format", choices=("table", "json", "html"), default="table")
+    r.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     r.set_defaults(func=_report)
 
     q = sub.add_parser(
@@ -58,16 +81,103 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Tables: events, queues, jobs; views: tenant_percentiles, overall_percentiles. "
         'Quote the reserved column name: events."offset".',
     )
-    q.add_argument("--db", required=True, metavar="FILE", help="projection database")
-    q.add_argument("query", metavar="SQL", help='e.g. "SELECT * FROM tenant_percentiles"')
-    q.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    _add_source(q)
+    q.add_argument(
+        "query",
+        metavar="SQL",
+        nargs="?",
+        help='e.g. "SELECT * FROM tenant_percentiles"; without it, an interactive shell '
+        "reads statements ending in ';' from stdin",
+    )
+    q.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
+    q.add_argument("--output", "-o", metavar="FILE", help="write to FILE (required for parquet)")
     q.set_defaults(func=_sql)
+
+    e = sub.add_parser(
+        "export",
+        help="export a projection as Parquet files partitioned by day",
+        description="Write every projection table under DIR as Parquet (time-stamped tables "
+        "partitioned by day of ledger time). `sql --parquet DIR` and `report --parquet DIR` "
+        "run the same views over the export.",
+    )
+    e.add_argument("--db", required=True, metavar="FILE", help="projection database")
+    e.add_argument("--parquet", required=True, metavar="DIR", help="output directory")
+    e.set_defaults(func=_export)
+
+    m = sub.add_parser("metrics", help="import GPU monitoring data into a ledger")
+    mcmds = m.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
+    mi = mcmds.add_parser(
+        "import",
+        help="append GPU utilisation samples (DCGM exporter dump or CSV) to a ledger",
+        description="Append gpu_utilization_sampled events to a ledger directory, from a "
+        "Prometheus text dump of the DCGM exporter (DCGM_FI_DEV_GPU_UTIL, "
+        "DCGM_FI_DEV_FB_USED) or a CSV with timestamp_ms,node,gpu,utilization_pct"
+        "[,memory_used_mib].",
+    )
+    mi.add_argument("file", metavar="FILE", help="the dump or CSV file")
+    mi.add_argument("--format", choices=("dcgm", "csv"), required=True)
+    mi.add_argument("--ledger", required=True, metavar="DIR", help="ledger directory")
+    mi.add_argument(
+        "--at", type=int, metavar="MS", help="time (ms) for dump lines without a timestamp"
+    )
+    mi.add_argument(
+        "--shift-ms",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N ms to every sample time (align monitoring with ledger time)",
+    )
+    mi.set_defaults(func=_metrics_import)
+
+
+def _add_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db", metavar="FILE", help="projection database")
+    source.add_argument("--parquet", metavar="DIR", help="a `gpuledger export --parquet` dir")
+
+
+def _open_source(args: argparse.Namespace) -> duckdb.DuckDBPyConnection:
+    from projections.parquet import open_parquet  # noqa: PLC0415  # only for --parquet
+
+    try:
+        if args.parquet is not None:
+            return open_parquet(args.parquet)
+        return connect(args.db, read_only=True)
+    except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
+        raise _cli_error(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[IO[str]]:
+    if path is None:
+        yield sys.stdout
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            yield f
+    except OSError as exc:
+        raise _cli_error(f"cannot write {path}: {exc}") from exc
 
 
 def _cli_error(message: str) -> CliError:
     from scheduler.cli import CliError  # noqa: PLC0415  # the CLI shell imports us lazily
 
     return CliError(message)
+
+
+def _project_or_follow(args: argparse.Namespace) -> int:
+    """``--follow``: re-run the (incremental, idempotent) projection until interrupted."""
+    if args.follow is None:
+        return _project(args)
+    args.ledger = args.follow
+    try:
+        while True:
+            _project(args)
+            args.rebuild = False
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _project(args: argparse.Namespace) -> int:
@@ -117,13 +227,64 @@ def _project(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     try:
-        rows = tenant_report(args.db)
-    except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
+        window = parse_window(args.window) if args.window else None
+    except ValueError as exc:
         raise _cli_error(str(exc)) from exc
-    if args.format == "json":
-        sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
-    else:
-        sys.stdout.write(render_table(rows, REPORT_COLUMNS) + "\n")
+    con = _open_source(args)
+    try:
+        report = full_report(con, window)
+    except duckdb.Error as exc:
+        raise _cli_error(f"report failed: {exc}") from exc
+    finally:
+        con.close()
+    with _output(args.output) as out:
+        if args.format == "json":
+            out.write(msgspec.json.encode(report, enc_hook=_json_default).decode() + "\n")
+        elif args.format == "html":
+            from projections.html import render_html  # noqa: PLC0415  # only for html
+
+            name = args.db if args.db is not None else args.parquet
+            out.write(render_html(report, title=f"gpuledger report: {name}"))
+        else:
+            out.write(render_full_report(report) + "\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from projections.parquet import export_parquet  # noqa: PLC0415
+
+    try:
+        rows = export_parquet(args.db, args.parquet)
+    except (FileNotFoundError, SchemaError, duckdb.Error, OSError) as exc:
+        raise _cli_error(str(exc)) from exc
+    sys.stdout.write(f"exported {rows:,} rows of {args.db} to {args.parquet}\n")
+    return 0
+
+
+def _metrics_import(args: argparse.Namespace) -> int:
+    from events.filelog import FileLedger, LedgerError  # noqa: PLC0415
+    from events.metrics import MetricsError, envelopes, read_samples  # noqa: PLC0415
+
+    try:
+        samples = read_samples(args.file, args.format, default_at=args.at, shift_ms=args.shift_ms)
+    except MetricsError as exc:
+        raise _cli_error(str(exc)) from exc
+    try:
+        writer = FileLedger.open(args.ledger, create=False)
+    except (LedgerError, OSError) as exc:
+        raise _cli_error(f"cannot open ledger {args.ledger}: {exc}") from exc
+    try:
+        batch = list(envelopes(samples))
+        first = writer.append(batch) if batch else writer.end_offset()
+    except (LedgerError, OSError) as exc:
+        raise _cli_error(f"ledger {args.ledger}: {exc}") from exc
+    finally:
+        writer.close()
+    nodes = len({s.node for s in samples})
+    sys.stdout.write(
+        f"imported {len(samples):,} GPU utilisation samples from {nodes} node(s) into "
+        f"{args.ledger} at offsets {first}..{first + len(samples)}\n"
+    )
     return 0
 
 
@@ -132,27 +293,94 @@ def _json_default(value: Any) -> Any:
 
 
 def _sql(args: argparse.Namespace) -> int:
+    if args.format == "parquet" and not args.output:
+        raise _cli_error("--format parquet needs --output FILE")
+    con = _open_source(args)
     try:
-        con = connect(args.db, read_only=True)
-    except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
-        raise _cli_error(str(exc)) from exc
-    try:
-        try:
-            cur = con.execute(args.query)
-            description = cur.description or []
-            names = [d[0] for d in description]
-            values = cur.fetchall() if names else []
-        except duckdb.Error as exc:
-            raise _cli_error(f"SQL error: {exc}") from exc
+        if args.query is None:
+            return _shell(con, args)
+        _run_query(con, args.query, args)
     finally:
         con.close()
+    return 0
+
+
+_PROMPT, _MORE = "gpuledger> ", "      ...> "
+
+
+def _shell(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> int:
+    """A small REPL: statements end with ';'; errors are printed and the shell goes on."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        sys.stderr.write("gpuledger SQL shell: end statements with ';', quit with .quit or ^D\n")
+    buffer: list[str] = []
+    failed = False
+    while True:
+        if interactive:
+            sys.stderr.write(_MORE if buffer else _PROMPT)
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if not buffer and line.strip() in (".quit", ".exit"):
+            break
+        if not buffer and line.strip() == ".tables":
+            line = "SELECT table_name, table_type FROM information_schema.tables ORDER BY 1;"
+        buffer.append(line)
+        statement = "".join(buffer).strip()
+        if not statement.endswith(";"):
+            continue
+        buffer = []
+        if statement.strip(";").strip():
+            try:
+                _run_query(con, statement, args)
+            except Exception as exc:  # a shell reports any error and carries on
+                failed = True
+                sys.stderr.write(f"gpuledger: {exc}\n")
+        sys.stdout.flush()
+    if "".join(buffer).strip():
+        try:
+            _run_query(con, "".join(buffer), args)
+        except Exception as exc:  # as above
+            failed = True
+            sys.stderr.write(f"gpuledger: {exc}\n")
+    return 1 if failed and not interactive else 0
+
+
+def _run_query(con: duckdb.DuckDBPyConnection, query: str, args: argparse.Namespace) -> None:
+    try:
+        if args.format == "parquet":
+            import pyarrow.parquet as pq  # noqa: PLC0415  # only for parquet output
+
+            cur = con.execute(query)
+            if cur.description:  # else a statement without a result set
+                with warnings.catch_warnings():
+                    # DuckDB warns that a cursor's Arrow result costs one extra copy; the
+                    # relation API that avoids it fails on a file opened read-only twice.
+                    warnings.simplefilter("ignore", UserWarning)
+                    table = cur.to_arrow_table()
+                pq.write_table(table, args.output)
+            return
+        cur = con.execute(query)
+        description = cur.description or []
+        names = [d[0] for d in description]
+        values = cur.fetchall() if names else []
+    except duckdb.Error as exc:
+        raise _cli_error(f"SQL error: {exc}") from exc
     if not names:
-        return 0  # a statement without a result set
-    if args.format == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
+        return  # a statement without a result set
+    with _output(args.output) as out:
+        _write_rows(out, args.format, names, description, values)
+
+
+def _write_rows(
+    out: IO[str], fmt: str, names: list[str], description: list[Any], values: list[Any]
+) -> None:
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(values)
-    elif args.format == "json":
+    elif fmt == "json":
         # JSON columns (events.payload) come back as text: nest them as objects instead.
         nested = [str(d[1]) == "JSON" for d in description]
         rows = [
@@ -162,10 +390,9 @@ def _sql(args: argparse.Namespace) -> int:
             }
             for v in values
         ]
-        sys.stdout.write(msgspec.json.encode(rows, enc_hook=_json_default).decode() + "\n")
+        out.write(msgspec.json.encode(rows, enc_hook=_json_default).decode() + "\n")
     else:
         # Positional keys: a result may repeat a column name (SELECT 1 AS a, 2 AS a).
         columns = [Column(str(i), name, "raw") for i, name in enumerate(names)]
         cells = [{str(i): x for i, x in enumerate(v)} for v in values]
-        sys.stdout.write(render_table(cells, columns) + "\n")
-    return 0
+        out.write(render_table(cells, columns) + "\n")

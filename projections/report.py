@@ -15,16 +15,24 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from projections.projector import connect
+from projections.views import HANDFUL, JOB_AGGREGATES, SLO_RATIO, WAIT_THRESHOLD_S
 
 __all__ = [
     "ALL",
+    "AUDIT_COLUMNS",
     "COMPARE_COLUMNS",
     "REPORT_COLUMNS",
+    "SLO_COLUMNS",
+    "USAGE_COLUMNS",
+    "WEEKLY_COLUMNS",
     "Column",
     "Unit",
     "compare_reports",
     "format_duration",
     "format_value",
+    "full_report",
+    "parse_window",
+    "render_full_report",
     "render_table",
     "tenant_report",
 ]
@@ -283,3 +291,223 @@ def compare_reports(
             cells += [format_value(r.get(c.key), _resolve(c, r.get(c.key))) for c in per_run]
         body.append(cells)
     return _layout(headers, body, right, groups) + "\n\n" + _LEGEND
+
+
+# --------------------------------------------------------------------------- the full report
+
+SLO_COLUMNS: tuple[Column, ...] = (
+    Column("queue_path", "queue", "text"),
+    Column("evaluated", "windows", "count"),
+    Column("breached", unit="count"),
+    Column("noisy", unit="count"),
+    Column("worst_ratio", "worst p90/p50", "number"),
+    Column("last_breach_end_s", "last breach ends", "duration"),
+)
+"""The fairness-SLO section of ``gpuledger report`` (24 h windows, p90 ≤ 1.5 × p50)."""
+
+WEEKLY_COLUMNS: tuple[Column, ...] = (
+    Column("queue_path", "queue", "text"),
+    Column("week", unit="count"),
+    Column("preemptions", "preempt", "count"),
+    Column("reclaims", unit="count"),
+    Column("preempts", unit="count"),
+    Column("preemptor_queues", "by queues", "text"),
+    Column("lost_gpu_hours", "lost GPU-h", "hours"),
+    Column("more_than_a_handful", "> handful", "text"),
+)
+"""The weekly preemption section."""
+
+AUDIT_COLUMNS: tuple[Column, ...] = (
+    Column("at_s", "at", "duration"),
+    Column("job", "victim", "text"),
+    Column("queue", "victim queue", "text"),
+    Column("preemptor", unit="text"),
+    Column("preemptor_queue", "preemptor queue", "text"),
+    Column("rule", unit="text"),
+    Column("lost_gpu_hours", "lost GPU-h", "hours"),
+)
+"""The preemption audit: the costliest preemptions, with who caused them."""
+
+USAGE_COLUMNS: tuple[Column, ...] = (
+    Column("queue_path", "queue", "text"),
+    Column("allocated_gpu_hours", "allocated GPU-h", "hours"),
+    Column("running_gpu_hours", "running GPU-h", "hours"),
+    Column("idle_gpu_hours", "idle GPU-h", "hours"),
+    Column("utilised_gpu_hours", "utilised GPU-h", "hours"),
+    Column("drift_gpu_hours", "drift GPU-h", "hours"),
+)
+"""GPU-hours per queue: held, running, held idle, and measured by monitoring samples."""
+
+AUDIT_LIMIT = 20
+"""Preemptions listed in the audit (the costliest first)."""
+SERIES_POINTS = 240
+"""At most this many points per queue in the time-series plots (minutes are averaged)."""
+
+
+def _fetch(con: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    cur = con.execute(sql, list(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
+
+
+def parse_window(text: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``7d`` or plain seconds → seconds (``ValueError`` else)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        value = float(body)
+    except ValueError:
+        raise ValueError(f"bad window {text!r}: use e.g. 90s, 30m, 24h or 7d") from None
+    if not value > 0:
+        raise ValueError(f"bad window {text!r}: must be positive")
+    return value * units[unit]
+
+
+def full_report(con: Any, window_s: float | None = None) -> dict[str, Any]:
+    """Every section of ``gpuledger report`` from an open projection (or Parquet) connection.
+
+    ``window_s`` limits the report to the last ``window_s`` seconds of ledger time: jobs
+    submitted, SLO windows ending, preemptions and GPU usage within it. Keys: ``window``,
+    ``tenants`` (with the ``all`` row last), ``tree``, ``slo``, ``slo_breaches``,
+    ``preemptions_weekly``, ``preemption_audit``, ``usage``, ``waits`` and ``series``.
+    """
+    row = con.execute("SELECT min(at_ms), max(at_ms) FROM events").fetchone()
+    first_s = (row[0] or 0) / 1000
+    end_s = (row[1] or 0) / 1000
+    start_s = end_s - window_s if window_s is not None else float("-inf")
+    lo, hi = start_s, float("inf")
+    tenants = _fetch(
+        con,
+        "SELECT * FROM tenant_percentiles_between(?, ?) ORDER BY queue_path, queue",
+        [lo, hi],
+    )
+    overall = _fetch(
+        con,
+        f"SELECT {JOB_AGGREGATES} FROM jobs WHERE submitted_at_s >= ?",  # noqa: S608  # constant
+        [lo],
+    )
+    tenants.append({"queue": ALL, "queue_path": ALL, **overall[0]})
+    slo = _fetch(
+        con,
+        "SELECT queue, queue_path, count(*) AS windows, "
+        "count(*) FILTER (WHERE slo_breach IS NOT NULL) AS evaluated, "
+        "count(*) FILTER (WHERE slo_breach) AS breached, "
+        "count(*) FILTER (WHERE noisy_neighbour) AS noisy, "
+        "max(ratio) FILTER (WHERE slo_breach IS NOT NULL) AS worst_ratio, "
+        "max(window_end_s) FILTER (WHERE slo_breach) AS last_breach_end_s "
+        "FROM fairness_slo WHERE window_end_s > ? GROUP BY ALL ORDER BY queue_path, queue",
+        [lo],
+    )
+    breaches = _fetch(
+        con,
+        "SELECT * FROM fairness_slo WHERE slo_breach AND window_end_s > ? "
+        "ORDER BY ratio DESC, queue, window_end_s LIMIT 50",
+        [lo],
+    )
+    weekly = _fetch(
+        con,
+        "SELECT p.queue, coalesce(q.path, p.queue) AS queue_path, p.at_ms // 604800000 AS week, "  # noqa: S608  # HANDFUL is a constant
+        "count(*) AS preemptions, count(*) FILTER (WHERE rule = 'reclaim') AS reclaims, "
+        "count(*) FILTER (WHERE rule = 'preempt') AS preempts, "
+        "string_agg(DISTINCT preemptor_queue, ',' ORDER BY preemptor_queue) AS preemptor_queues, "
+        "sum(lost_gpu_ms) / 3600000 AS lost_gpu_hours, "
+        f"count(*) > {HANDFUL} AS more_than_a_handful "
+        "FROM preemptions p LEFT JOIN queues q ON q.queue = p.queue WHERE p.at_s >= ? "
+        "GROUP BY ALL ORDER BY week, queue_path",
+        [lo],
+    )
+    audit = _fetch(
+        con,
+        "SELECT at_s, job, queue, preemptor, preemptor_queue, rule, "
+        "lost_gpu_ms / 3600000 AS lost_gpu_hours FROM preemptions WHERE at_s >= ? "
+        'ORDER BY lost_gpu_ms DESC, "offset" LIMIT ?',
+        [lo, AUDIT_LIMIT],
+    )
+    usage = _fetch(
+        con,
+        "SELECT queue, queue_path, sum(allocated_gpu_hours) AS allocated_gpu_hours, "
+        "sum(running_gpu_hours) AS running_gpu_hours, sum(idle_gpu_hours) AS idle_gpu_hours, "
+        "sum(sampled_gpu_hours) AS sampled_gpu_hours, "
+        "sum(utilised_gpu_hours) AS utilised_gpu_hours, sum(drift_gpu_hours) AS drift_gpu_hours "
+        "FROM gpu_usage WHERE bucket_start_s + bucket_s > ? GROUP BY ALL ORDER BY queue_path",
+        [lo],
+    )
+    waits = _fetch(
+        con,
+        "SELECT * FROM requested_not_allocated WHERE submitted_at_s >= ? "
+        "ORDER BY waited_s DESC, job LIMIT 50",
+        [lo],
+    )
+    return {
+        "window": {"start_s": max(start_s, first_s), "end_s": end_s, "window_s": window_s},
+        "tenants": tenants,
+        "tree": _fetch(
+            con, "SELECT * FROM tree_percentiles_between(?, ?) ORDER BY tree_path", [lo, hi]
+        ),
+        "slo": slo,
+        "slo_breaches": breaches,
+        "preemptions_weekly": weekly,
+        "preemption_audit": audit,
+        "usage": usage,
+        "waits": waits,
+        "series": _series(con, lo),
+    }
+
+
+def _series(con: Any, lo: float) -> dict[str, list[dict[str, Any]]]:
+    """Leaf queues' allocation and depth over time, averaged to at most SERIES_POINTS."""
+    row = con.execute(
+        "SELECT min(minute), max(minute) FROM queue_shares WHERE at_s >= ?", [lo]
+    ).fetchone()
+    if row is None or row[0] is None:
+        return {}
+    step = max(1, -(-(row[1] - row[0] + 1) // SERIES_POINTS))
+    points = _fetch(
+        con,
+        "SELECT s.queue, (s.minute // ?) * ? * 60 AS at_s, avg(s.allocated_gpus) AS allocated, "
+        "avg(s.fair_gpus) AS fair, avg(s.pending_jobs) AS pending "
+        "FROM queue_shares s WHERE s.at_s >= ? "
+        "AND s.queue NOT IN (SELECT DISTINCT parent FROM queue_shares) "
+        "GROUP BY ALL ORDER BY s.queue, at_s",
+        [step, step, lo],
+    )
+    series: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        series.setdefault(str(p.pop("queue")), []).append(p)
+    return series
+
+
+def render_full_report(report: Mapping[str, Any]) -> str:
+    """The plain-text form of ``full_report``: one titled table per section."""
+    window = report["window"]
+    span = (
+        "all history"
+        if window["window_s"] is None
+        else f"last {format_duration(window['window_s'])}"
+    )
+    parts = [
+        f"Tenants ({span} of ledger time, jobs by submission)",
+        render_table(report["tenants"], REPORT_COLUMNS),
+        "",
+        f"Fairness SLO: p90 completion within {SLO_RATIO:g}x p50 over rolling 24 h windows",
+        render_table(report["slo"], SLO_COLUMNS) if report["slo"] else "(no completed jobs)",
+        "",
+        f"Preemptions per week (more than a handful = more than {HANDFUL})",
+        render_table(report["preemptions_weekly"], WEEKLY_COLUMNS)
+        if report["preemptions_weekly"]
+        else "(none)",
+        "",
+        "Preemption audit (costliest first)",
+        render_table(report["preemption_audit"], AUDIT_COLUMNS)
+        if report["preemption_audit"]
+        else "(none)",
+        "",
+        "GPU usage (idle = allocated but not running; drift = allocated but not utilised)",
+        render_table(report["usage"], USAGE_COLUMNS) if report["usage"] else "(no allocations)",
+        "",
+        f"GPUs requested but not allocated within {WAIT_THRESHOLD_S // 60} min: "
+        f"{len(report['waits'])} job(s)",
+        "",
+        _LEGEND,
+    ]
+    return "\n".join(parts)

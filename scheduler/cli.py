@@ -17,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     from projections import cli as projections_cli  # noqa: PLC0415
     from replay import cli as replay_cli  # noqa: PLC0415
     from replay import trace_cli  # noqa: PLC0415
+    from scheduler import live_cli  # noqa: PLC0415
+    from scheduler.kube import cli as kube_cli  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="gpuledger", description="An event-sourced GPU batch scheduler with a replayable log."
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     projections_cli.register(sub)
     replay_cli.register(sub)
     trace_cli.register(sub)
+    live_cli.register(sub)
+    kube_cli.register(sub)
     return parser
 
 

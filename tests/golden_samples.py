@@ -7,8 +7,10 @@ from events.model import (
     CycleCompleted,
     Event,
     GpuSlot,
+    GpuUtilizationSampled,
     JobCancelled,
     JobPreempted,
+    JobRejected,
     JobSubmitted,
     JobUnschedulable,
     NodeCordoned,
@@ -108,4 +110,11 @@ SAMPLES: list[Event] = [
         job="finetune-42", pod="finetune-42-1", node="gpu-03", reason="node gpu-03 not found"
     ),
     PodEvicted(job="notebook-7", pod="notebook-7-0", node="gpu-07"),
+    GpuUtilizationSampled(node="gpu-07", device=3, utilization_pct=87, memory_used_mib=61440),
+    JobRejected(
+        job="team-b/llm-pretrain",
+        queue="team-a",
+        namespace="team-b",
+        reason="namespace 'team-b' is not bound to queue 'team-a'",
+    ),
 ]

@@ -225,7 +225,7 @@ def test_cli_project_report_and_sql(
     table = capsys.readouterr().out
     assert line_of(table, "root/a")[:6] == ["root/a", "3", "3", "3", "0", "20.0s"]
     assert run_cli(["report", "--db", str(db), "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["tenants"]
     assert [r["queue"] for r in rows] == ["a", "b", "all"]
     assert rows[0]["preemptions"] == 1
 

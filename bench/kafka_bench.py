@@ -1,0 +1,263 @@
+"""Live-path benchmarks on the real broker (``make kafka-up``).
+
+    python -m bench.kafka_bench [--quick] [--records N]
+
+* intake→decision latency p50/p99 at 1,000 events/s: jobs are produced at that rate, and
+  the latency of each is the time from its send to the moment a ledger follower receives
+  its ``pods_allocated`` (so it includes the transaction commit and a consumer fetch);
+* sustained intake throughput: a burst of jobs, timed until the scheduler has committed
+  all of them to the ledger;
+* recovery time at one million ledger events: a simulated ledger copied to a ledger topic;
+  the time a new owner needs to restore from the ledger alone, and from a snapshot close
+  to the end plus the tail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from events.codec import decode_envelope, encode_envelope, wrap
+from events.kafkalog import (
+    DEFAULT_BOOTSTRAP,
+    SNAPSHOT_MAX_BYTES,
+    KafkaLedger,
+    KafkaReader,
+    KafkaSettings,
+    ensure_topics,
+    new_producer,
+    run_sync,
+)
+from events.memlog import MemoryLedger
+from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
+from scheduler.live_cli import send_events, send_intake
+from scheduler.service import SchedulerService, ServiceConfig
+from scheduler.snapshot import encode_snapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _settings(bootstrap: str) -> KafkaSettings:
+    s = KafkaSettings(bootstrap=bootstrap, prefix=f"bench{uuid.uuid4().hex[:8]}")
+    run_sync(ensure_topics(s))
+    return s
+
+
+def _service(s: KafkaSettings) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "scheduler", "run", "--prefix", s.prefix,
+         "--bootstrap", s.bootstrap, "--max-batch", "2000"],
+        cwd=ROOT,
+    )  # fmt: skip
+
+
+def _cluster(s: KafkaSettings) -> None:
+    # Jobs of one millicore on nodes with a billion: every job fits at once, so the
+    # figures measure the pipeline, not waiting for capacity.
+    send_events(
+        s,
+        "default",
+        [
+            QueueConfigured(queue="q"),
+            *(NodeRegistered(node=f"n{i}", gpus=0, cpu_milli=10**9, memory_mib=10**9)
+              for i in range(4)),
+        ],
+    )  # fmt: skip
+
+
+def _job(name: str) -> bytes:
+    event = JobSubmitted(job=name, queue="q", pods=(PodSpec(name="p", cpu_milli=1),))
+    return encode_envelope(wrap(event, time.time_ns() // 1_000_000))
+
+
+def _follow_allocations(s: KafkaSettings, seen: dict[str, float], stop: threading.Event) -> None:
+    reader = KafkaReader(s.bootstrap, s.ledger)
+    try:
+        for _, env in reader.follow(0, poll_s=0.005, stop=stop.is_set):
+            if env.type == "pods_allocated":
+                seen[env.key] = time.perf_counter()
+    finally:
+        reader.close()
+
+
+def latency_and_throughput(bootstrap: str, seconds: float, burst: int) -> dict[str, Any]:
+    """Latency at 1,000 events/s for ``seconds``, then a burst of ``burst`` jobs."""
+    s = _settings(bootstrap)
+    proc = _service(s)
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+    follower = threading.Thread(target=_follow_allocations, args=(s, seen, stop), daemon=True)
+    follower.start()
+    try:
+        _cluster(s)
+        sent_at: dict[str, float] = {}
+
+        async def paced() -> None:
+            producer = new_producer(s.bootstrap)
+            await producer.start()
+            try:
+                start = time.perf_counter()
+                n = int(seconds * 1000)
+                for i in range(n):
+                    target = start + i / 1000
+                    delay = target - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    name = f"lat-{i}"
+                    sent_at[name] = time.perf_counter()
+                    await producer.send(s.intake, _job(name), key=b"default", partition=0)
+                await producer.flush()
+            finally:
+                await producer.stop()
+
+        run_sync(paced())
+        deadline = time.monotonic() + 60
+        while len([k for k in sent_at if k in seen]) < len(sent_at) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lat = sorted((seen[k] - t) * 1000 for k, t in sent_at.items() if k in seen)
+        p50 = statistics.median(lat)
+        p99 = lat[int(len(lat) * 0.99) - 1]
+
+        started = time.perf_counter()
+        send_intake(s, "default", [_job(f"burst-{i}") for i in range(burst)])
+        produced_s = time.perf_counter() - started
+        deadline = time.monotonic() + 300
+        while sum(k.startswith("burst-") for k in list(seen)) < burst:
+            if time.monotonic() > deadline:
+                raise RuntimeError("burst not scheduled in time")
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        return {
+            "latency_events": len(lat),
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "burst": burst,
+            "throughput_eps": burst / elapsed,
+            "produce_eps": burst / produced_s,
+        }
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(10)
+        follower.join(5)
+
+
+def recovery(bootstrap: str, records: int) -> dict[str, Any]:
+    """Restore time at a ledger of at least ``records`` events, with and without snapshot."""
+    from bench.__main__ import _simulate  # noqa: PLC0415  # the month simulation
+
+    scale = 0.1
+    ledger = MemoryLedger()
+    while ledger.end_offset() < records:
+        _, ledger = _simulate("gpuledger", scale)
+        # Records grow about linearly with the simulated span: aim past the target once.
+        scale *= max(1.5, 1.1 * records / max(ledger.end_offset(), 1))
+    s = _settings(bootstrap)
+    writer = KafkaLedger(s.bootstrap, s.ledger, transactional_id=s.transactional_id("default"))
+    # Copy it in cycle-aligned chunks; remember each record's Kafka offset.
+    offsets: list[int] = []
+    envs = ledger.records
+    i = 0
+    started = time.perf_counter()
+    while i < len(envs):
+        j = min(i + 20_000, len(envs))
+        while j < len(envs) and envs[j - 1].type != "cycle_completed":
+            j += 1
+        first = writer.append(envs[i:j])
+        offsets += range(first, first + (j - i))
+        i = j
+    copy_s = time.perf_counter() - started
+    writer.close()
+    print(f"copied {len(envs):,} records in {copy_s:.1f} s", file=sys.stderr)
+    cfg = ServiceConfig(settings=s, domain="default")
+
+    started = time.perf_counter()
+    state, _, _, _ = run_sync(SchedulerService(cfg).restore())
+    full_s = time.perf_counter() - started
+
+    # A snapshot 1% before the end, at a cycle boundary, as the service would have made.
+    from replay.verify import run as replay  # noqa: PLC0415
+
+    cut = int(len(envs) * 0.99)
+    while envs[cut - 1].type != "cycle_completed":
+        cut += 1
+    part = replay(MemoryLedger(envs[:cut]))
+    snap = encode_snapshot("default", part.state, offsets[cut - 1] + 1, 0, cut)
+
+    async def put() -> None:
+        p = new_producer(s.bootstrap)
+        p._max_request_size = SNAPSHOT_MAX_BYTES
+        await p.start()
+        try:
+            await p.send_and_wait(s.snapshots, snap, key=b"default", partition=0)
+        finally:
+            await p.stop()
+
+    run_sync(put())
+    started = time.perf_counter()
+    state2, _, _, _ = run_sync(SchedulerService(cfg).restore())
+    snap_s = time.perf_counter() - started
+    assert decode_envelope(encode_envelope(envs[0])) == envs[0]
+    return {
+        "records": len(envs),
+        "copy_s": copy_s,
+        "restore_full_s": full_s,
+        "restore_snapshot_s": snap_s,
+        "snapshot_bytes": len(snap),
+        "jobs": len(state.jobs) == len(state2.jobs),
+    }
+
+
+def rows(quick: bool, bootstrap: str = DEFAULT_BOOTSTRAP) -> list[dict[str, Any]]:
+    """The benchmark rows (same shape as ``python -m bench``)."""
+    lt = latency_and_throughput(bootstrap, 5 if quick else 20, 20_000 if quick else 100_000)
+    rc = recovery(bootstrap, 100_000 if quick else 1_000_000)
+    return [
+        {
+            "benchmark": f"intake→decision latency at 1,000 events/s ({lt['latency_events']:,})",
+            "figure": f"p50 {lt['p50_ms']:.1f} ms, p99 {lt['p99_ms']:.1f} ms",
+            "target": "p99 <= 1,000 ms",
+            "ratio": 1000 / lt["p99_ms"],
+            "fifo": "",
+            "detail": "send → ledger follower sees pods_allocated",
+        },
+        {
+            "benchmark": f"sustained intake throughput ({lt['burst']:,} jobs)",
+            "figure": f"{lt['throughput_eps']:,.0f} events/s",
+            "target": ">= 1,000 events/s",
+            "ratio": lt["throughput_eps"] / 1000,
+            "fifo": "",
+            "detail": f"producer alone {lt['produce_eps']:,.0f} events/s",
+        },
+        {
+            "benchmark": f"recovery at {rc['records']:,} ledger events",
+            "figure": f"{rc['restore_snapshot_s']:.1f} s from snapshot + 1% tail",
+            "target": "<= 30 s",
+            "ratio": 30 / rc["restore_snapshot_s"],
+            "fifo": "",
+            "detail": f"{rc['restore_full_s']:.1f} s from the ledger alone; "
+            f"snapshot {rc['snapshot_bytes'] / 1e6:.1f} MB",
+        },
+    ]
+
+
+def main() -> int:
+    """Print the figures."""
+    parser = argparse.ArgumentParser(prog="python -m bench.kafka_bench")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for row in rows(args.quick):
+        print(f"{row['benchmark']}: {row['figure']} ({row['detail']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

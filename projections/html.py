@@ -1,0 +1,266 @@
+"""``gpuledger report --format html``: one self-contained page with inline SVG plots.
+
+No JavaScript, no stylesheet or font from the network: the page must open from a file on
+an air-gapped machine and render the same in any browser. Every name that reaches the page
+(queues, jobs, rules) comes from the ledger, i.e. from users, so every one of them goes
+through ``esc`` — a queue called ``<script>`` renders as text.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from projections.report import (
+    AUDIT_COLUMNS,
+    REPORT_COLUMNS,
+    SLO_COLUMNS,
+    USAGE_COLUMNS,
+    WEEKLY_COLUMNS,
+    Column,
+    format_duration,
+    format_value,
+)
+from projections.views import HANDFUL, SLO_RATIO, WAIT_THRESHOLD_S
+
+__all__ = ["bar_chart", "esc", "line_chart", "render_html"]
+
+PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5")
+_W, _H = 720, 260
+_LEFT, _RIGHT, _TOP, _BOTTOM = 60, 150, 30, 40
+
+
+def esc(value: Any) -> str:
+    """Text made safe for HTML and SVG, quotes included."""
+    return html.escape(str(value), quote=True)
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    exp = 10.0 ** math.floor(math.log10(value))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if value <= m * exp:
+            return float(m * exp)
+    return float(10 * exp)
+
+
+def _frame(title: str, y_max: float, y_fmt: str) -> list[str]:
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{esc(title)}">',
+        f'<title>{esc(title)}</title><rect width="{_W}" height="{_H}" fill="#fff"/>',
+        f'<text x="{_LEFT}" y="18" font-size="13" font-weight="bold">{esc(title)}</text>',
+    ]
+    plot_h = _H - _TOP - _BOTTOM
+    for i in range(5):
+        y = _TOP + plot_h - plot_h * i / 4
+        label = y_max * i / 4
+        text = format_duration(label) if y_fmt == "duration" else f"{label:g}"
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+            f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">'
+            f"{esc(text)}</text>"
+        )
+    return parts
+
+
+def _legend(names: Sequence[str]) -> list[str]:
+    parts = []
+    for i, name in enumerate(names):
+        y = _TOP + 14 * i
+        parts.append(
+            f'<rect x="{_W - _RIGHT + 10}" y="{y}" width="10" height="10" '
+            f'fill="{PALETTE[i % len(PALETTE)]}"/>'
+            f'<text x="{_W - _RIGHT + 24}" y="{y + 9}" font-size="11">{esc(name)}</text>'
+        )
+    return parts
+
+
+def bar_chart(
+    title: str,
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    y_format: str = "number",
+) -> str:
+    """Grouped bars: one group per category, one bar per series (None draws nothing)."""
+    values = [v for vs in series.values() for v in vs if v is not None]
+    y_max = _nice_max(max(values, default=0.0))
+    parts = _frame(title, y_max, y_format)
+    plot_w = _W - _LEFT - _RIGHT
+    plot_h = _H - _TOP - _BOTTOM
+    group = plot_w / max(1, len(categories))
+    bar = group * 0.8 / max(1, len(series))
+    for c, category in enumerate(categories):
+        x0 = _LEFT + c * group + group * 0.1
+        for s, (name, vs) in enumerate(series.items()):
+            v = vs[c]
+            if v is None:
+                continue
+            h = plot_h * v / y_max
+            label = format_duration(v) if y_format == "duration" else f"{v:g}"
+            parts.append(
+                f'<rect x="{x0 + s * bar:.1f}" y="{_TOP + plot_h - h:.1f}" '
+                f'width="{max(bar - 1, 1):.1f}" height="{h:.1f}" '
+                f'fill="{PALETTE[s % len(PALETTE)]}"><title>{esc(category)} {esc(name)}: '
+                f"{esc(label)}</title></rect>"
+            )
+        parts.append(
+            f'<text x="{x0 + group * 0.4:.1f}" y="{_H - _BOTTOM + 14}" font-size="10" '
+            f'text-anchor="middle">{esc(category)}</text>'
+        )
+    parts += _legend(list(series))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def line_chart(
+    title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, y_label: str = ""
+) -> str:
+    """One polyline per series of (x seconds, y) points, x on a shared time axis."""
+    xs = [x for pts in series.values() for x, _ in pts]
+    ys = [y for pts in series.values() for _, y in pts]
+    y_max = _nice_max(max(ys, default=0.0))
+    x_min, x_max = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    span = (x_max - x_min) or 1.0
+    parts = _frame(f"{title} ({y_label})" if y_label else title, y_max, "number")
+    plot_w = _W - _LEFT - _RIGHT
+    plot_h = _H - _TOP - _BOTTOM
+    for i, (_name, pts) in enumerate(series.items()):
+        coords = " ".join(
+            f"{_LEFT + plot_w * (x - x_min) / span:.1f},{_TOP + plot_h - plot_h * y / y_max:.1f}"
+            for x, y in pts
+        )
+        parts.append(
+            f'<polyline points="{coords}" fill="none" stroke-width="1.5" '
+            f'stroke="{PALETTE[i % len(PALETTE)]}"/>'
+        )
+    for frac in (0.0, 0.5, 1.0):
+        parts.append(
+            f'<text x="{_LEFT + plot_w * frac:.1f}" y="{_H - _BOTTOM + 14}" font-size="10" '
+            f'text-anchor="middle">{esc(format_duration(x_min + span * frac))}</text>'
+        )
+    parts += _legend(list(series))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+    if not rows:
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{esc(c.title)}</th>" for c in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for c in columns:
+            value = r.get(c.key)
+            unit = c.unit if c.unit != "auto" else "text"
+            text = format_value(value, unit)
+            cls = ' class="num"' if unit in ("count", "number", "duration", "hours") else ""
+            cells.append(f"<td{cls}>{esc(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;font-size:12px;background:#fff}
+th,td{border:1px solid #ccc;padding:3px 8px}th{background:#eef}td.num{text-align:right}
+svg{display:block;margin:8px 0;border:1px solid #ddd}
+"""
+
+
+def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -> str:
+    """The whole page for a ``projections.report.full_report`` result."""
+    window = report["window"]
+    tenants = list(report["tenants"])  # the queues, then the ``all`` row
+    queues = [str(r["queue_path"]) for r in tenants]
+    percentile_bars = bar_chart(
+        "Completion percentiles per tenant",
+        queues,
+        {
+            "p50": [r["p50_completion_s"] for r in tenants],
+            "p90": [r["p90_completion_s"] for r in tenants],
+            "p99": [r["p99_completion_s"] for r in tenants],
+        },
+        y_format="duration",
+    )
+    ttr_bars = bar_chart(
+        "Time-to-ready percentiles per tenant",
+        queues,
+        {
+            "p50": [r["p50_ttr_s"] for r in tenants],
+            "p90": [r["p90_ttr_s"] for r in tenants],
+            "p99": [r["p99_ttr_s"] for r in tenants],
+        },
+        y_format="duration",
+    )
+    series = report["series"]
+    allocation = line_chart(
+        "Allocation over time",
+        {q: [(p["at_s"], p["allocated"]) for p in pts] for q, pts in series.items()},
+        y_label="GPUs",
+    )
+    depth = line_chart(
+        "Queue depth over time",
+        {q: [(p["at_s"], p["pending"]) for p in pts] for q, pts in series.items()},
+        y_label="pending jobs",
+    )
+    weekly = report["preemptions_weekly"]
+    weeks = sorted({int(r["week"]) for r in weekly})
+    by_queue: dict[str, dict[int, float]] = {}
+    for r in weekly:
+        by_queue.setdefault(str(r["queue_path"]), {})[int(r["week"])] = float(r["preemptions"])
+    preemption_bars = bar_chart(
+        "Preemptions per week",
+        [f"week {w}" for w in weeks],
+        {q: [counts.get(w, 0.0) for w in weeks] for q, counts in sorted(by_queue.items())},
+    )
+    span = (
+        "all history"
+        if window["window_s"] is None
+        else f"the last {format_duration(window['window_s'])}"
+    )
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        f"<p>Ledger time {esc(format_duration(window['start_s']))} to "
+        f"{esc(format_duration(window['end_s']))} ({esc(span)}).</p>",
+        "<h2>Per-tenant percentiles</h2>",
+        percentile_bars,
+        ttr_bars,
+        _table(report["tenants"], REPORT_COLUMNS),
+        f"<h2>Fairness SLO (p90 within {SLO_RATIO:g}&times; p50, rolling 24 h)</h2>",
+        _table(report["slo"], SLO_COLUMNS),
+        "<h2>Queue depth and allocation</h2>",
+        allocation,
+        depth,
+        f"<h2>Preemptions (more than a handful: &gt; {HANDFUL} per week)</h2>",
+        preemption_bars,
+        _table(weekly, WEEKLY_COLUMNS),
+        "<h2>Preemption audit</h2>",
+        _table(report["preemption_audit"], AUDIT_COLUMNS),
+        "<h2>GPU-hours: allocated, idle, utilised</h2>",
+        _table(report["usage"], USAGE_COLUMNS),
+        f"<h2>GPUs requested but not allocated within {WAIT_THRESHOLD_S // 60} min</h2>",
+        _table(
+            report["waits"],
+            (
+                Column("job", unit="text"),
+                Column("queue_path", "queue", "text"),
+                Column("gpus", unit="number"),
+                Column("waited_s", "waited", "duration"),
+                Column("ran_without_gpus", "ran without GPUs", "text"),
+                Column("unschedulable_reason", "reason", "text"),
+            ),
+        ),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,1 @@
+"""Kubernetes adapters: the ingestor (API → intake), the binder (ledger → API) and mappings."""

@@ -1,0 +1,150 @@
+"""Thin helpers over the official ``kubernetes`` client: raw JSON calls, watches, Events.
+
+The adapters work on the API's JSON (plain dicts) rather than the client's generated models:
+the mapping functions stay pure and testable, and deserialising models is the slowest part of
+the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses worth retrying: throttling and server-side hiccups."""
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    urllib3.exceptions.HTTPError,
+    ConnectionError,
+    socket.timeout,
+)
+
+
+class Gone(Exception):  # noqa: N818  # named after the HTTP status it stands for
+    """The watch's resourceVersion is too old (HTTP 410): list again."""
+
+
+def api_client(kubeconfig: str | None = None, *, pool: int = 16) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file (in-cluster config when None and in a pod)."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]  # untyped in the client
+            config_file=kubeconfig, client_configuration=cfg
+        )
+    else:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a bounded retry may cure."""
+    if isinstance(exc, ApiException):
+        return exc.status in TRANSIENT_STATUS or exc.status == 0
+    return isinstance(exc, TRANSIENT_ERRORS)
+
+
+def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """Call a client method and return its JSON body as a dict."""
+    resp = call(*args, _preload_content=False, **kwargs)
+    data: Obj = json.loads(resp.data) if resp.data else {}
+    return data
+
+
+def watch(
+    call: Callable[..., Any], resource_version: str, *, timeout_s: int = 60, **kwargs: Any
+) -> Iterator[Obj]:
+    """Watch events (``{"type", "object"}``) from ``resource_version``; ``Gone`` on 410.
+
+    Bookmarks are requested so that the caller's resourceVersion keeps moving on a quiet
+    resource and a restart resumes close to where it stopped.
+    """
+    try:
+        resp = call(
+            *(),
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _preload_content=False,
+            **kwargs,
+        )
+    except ApiException as exc:
+        if exc.status == 410:
+            raise Gone(str(exc)) from exc
+        raise
+    try:
+        for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]  # untyped helper
+            if not line.strip():
+                continue
+            event: Obj = json.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                if status.get("code") == 410:
+                    raise Gone(status.get("message", "410 Gone"))
+                raise ApiException(status=status.get("code", 500), reason=status.get("message"))
+            yield event
+    finally:
+        resp.release_conn()
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as Kubernetes writes timestamps."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def emit_event(
+    core: client.CoreV1Api,
+    pod: Obj | tuple[str, str, str],
+    reason: str,
+    message: str,
+    *,
+    component: str,
+    warning: bool = False,
+) -> None:
+    """Create a core/v1 Event on a pod (``kubectl describe pod`` and ``get events`` show it).
+
+    ``pod`` is the pod's JSON or ``(namespace, name, uid)``. Failures are logged, not raised:
+    an Event is a courtesy to people and must never stop a decision from being carried out.
+    """
+    if isinstance(pod, tuple):
+        ns, name, uid = pod
+    else:
+        meta = pod.get("metadata") or {}
+        ns, name, uid = meta.get("namespace", "default"), meta["name"], meta.get("uid", "")
+    stamp = now_rfc3339()
+    body: Any = {  # the client serialises plain dicts as well as its models
+        "metadata": {"generateName": f"{name}.", "namespace": ns},
+        "involvedObject": {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "namespace": ns,
+            "name": name,
+            "uid": uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    try:
+        core.create_namespaced_event(ns, body, _preload_content=False)
+    except Exception:  # courtesy only, see above
+        log.warning("could not create %s event on %s/%s", reason, ns, name, exc_info=True)

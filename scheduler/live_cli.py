@@ -1,0 +1,263 @@
+"""CLI of the live path: ``scheduler run``, ``clock``, ``submit``, ``queues|nodes apply``, ``dlq``.
+
+Producers write envelopes to the intake topic, keyed and partitioned by scheduling domain;
+the scheduler service decides what enters the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from events.codec import Envelope, encode_envelope, wrap
+from events.kafkalog import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_DOMAIN,
+    DEFAULT_PREFIX,
+    KafkaSettings,
+    end_offset_of,
+    ensure_topics,
+    new_consumer,
+    new_producer,
+    read_records,
+    run_sync,
+)
+from events.model import Event, JobSubmitted, Tick
+
+
+def _common(p: argparse.ArgumentParser, *, domain: bool = True) -> None:
+    p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="Kafka bootstrap servers")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help="topic prefix (default gpuledger)")
+    p.add_argument(
+        "--domains",
+        default=DEFAULT_DOMAIN,
+        help="comma-separated scheduling domains, in partition order (same list everywhere)",
+    )
+    if domain:
+        p.add_argument("--domain", default=DEFAULT_DOMAIN, help="scheduling domain")
+
+
+def settings_of(args: argparse.Namespace) -> KafkaSettings:
+    """The deployment the common arguments name."""
+    return KafkaSettings(
+        bootstrap=args.bootstrap,
+        prefix=args.prefix,
+        domains=tuple(d for d in args.domains.split(",") if d),
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the live-path commands to the ``gpuledger`` parser."""
+    sched = sub.add_parser("scheduler", help="the live scheduler service on Kafka")
+    cmds = sched.add_subparsers(dest="scheduler_command", required=True, metavar="SUBCOMMAND")
+    run = cmds.add_parser("run", help="consume intake, schedule, append to the ledger")
+    _common(run)
+    run.add_argument("--max-batch", type=int, default=1000, help="intake records per cycle")
+    run.add_argument(
+        "--snapshot-every", type=int, default=50_000, help="ledger records per snapshot"
+    )
+    run.add_argument("--session-timeout-ms", type=int, default=3000, help="failover detection time")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    run.set_defaults(func=_run)
+
+    clock = sub.add_parser("clock", help="emit tick events to intake at a fixed period")
+    _common(clock)
+    clock.add_argument("--every", default="10s", help="period, e.g. 500ms, 10s, 1m")
+    clock.add_argument("--count", type=int, help="stop after this many ticks")
+    clock.set_defaults(func=_clock)
+
+    submit = sub.add_parser("submit", help="submit jobs (job_submitted events in YAML) to intake")
+    _common(submit)
+    submit.add_argument("-f", "--file", required=True, help="job.yaml: one job or {jobs: [...]}")
+    submit.set_defaults(func=_submit)
+
+    for noun, helptext in (("queues", "queues.yaml"), ("nodes", "cluster.yaml")):
+        p = sub.add_parser(noun, help=f"send {noun} from {helptext} to intake")
+        c = p.add_subparsers(dest=f"{noun}_command", required=True, metavar="SUBCOMMAND")
+        a = c.add_parser("apply", help=f"send the {noun} of {helptext} to intake")
+        _common(a)
+        a.add_argument("-f", "--file", required=True, help=helptext)
+        a.set_defaults(func=_apply, noun=noun)
+
+    dlq = sub.add_parser("dlq", help="list or re-submit dead letters")
+    dc = dlq.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
+    ls = dc.add_parser("list", help="print dead letters as JSON Lines")
+    _common(ls)
+    ls.set_defaults(func=_dlq_list)
+    rp = dc.add_parser("replay", help="send dead letters back to intake")
+    _common(rp)
+    rp.add_argument("--offset", type=int, action="append", help="only these dead-letter offsets")
+    rp.set_defaults(func=_dlq_replay)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from scheduler.service import ServiceConfig, run_service  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    return run_service(
+        ServiceConfig(
+            settings=settings_of(args),
+            domain=args.domain,
+            max_batch=args.max_batch,
+            snapshot_every=args.snapshot_every,
+            session_timeout_ms=args.session_timeout_ms,
+            metrics_port=args.metrics_port,
+        )
+    )
+
+
+def send_intake(settings: KafkaSettings, domain: str, values: Sequence[bytes]) -> list[int]:
+    """Produce raw values to the domain's intake partition; return their offsets."""
+    partition = settings.partition(domain)
+
+    async def go() -> list[int]:
+        await ensure_topics(settings)
+        producer = new_producer(settings.bootstrap)
+        await producer.start()
+        try:
+            futures = [
+                await producer.send(settings.intake, v, key=domain.encode(), partition=partition)
+                for v in values
+            ]
+            return [int((await f).offset) for f in futures]
+        finally:
+            await producer.stop()
+
+    return run_sync(go())
+
+
+def send_events(settings: KafkaSettings, domain: str, events: Sequence[Event]) -> list[int]:
+    """Wrap events stamped with the wall clock and produce them to intake."""
+    now = time.time_ns() // 1_000_000
+    envs: list[Envelope] = [wrap(e, now) for e in events]
+    return send_intake(settings, domain, [encode_envelope(e) for e in envs])
+
+
+def _cli_error(message: str) -> Exception:
+    from scheduler.cli import CliError  # noqa: PLC0415
+
+    return CliError(message)
+
+
+_PERIOD = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
+
+
+def _period_s(text: str) -> float:
+    m = _PERIOD.match(text)
+    if not m:
+        raise _cli_error(f"--every {text!r}: expected e.g. 500ms, 10s, 1m")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
+
+
+def _clock(args: argparse.Namespace) -> int:
+    period = _period_s(args.every)
+    settings = settings_of(args)
+    sent = 0
+    try:
+        while args.count is None or sent < args.count:
+            send_events(settings, args.domain, [Tick()])
+            sent += 1
+            time.sleep(period)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+class _Jobs(msgspec.Struct, forbid_unknown_fields=True):
+    jobs: list[JobSubmitted]
+
+
+def load_jobs(raw: bytes, source: str) -> list[JobSubmitted]:
+    """``job.yaml``: one ``job_submitted`` event's fields, or ``jobs:`` with a list of them."""
+    try:
+        data = msgspec.yaml.decode(raw)
+        if isinstance(data, dict) and "jobs" in data:
+            return msgspec.convert(data, _Jobs).jobs
+        if isinstance(data, dict):
+            data.setdefault("type", "job_submitted")
+        return [msgspec.convert(data, JobSubmitted)]
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise _cli_error(f"{source}: {exc}") from exc
+
+
+def _submit(args: argparse.Namespace) -> int:
+    with open(args.file, "rb") as f:
+        jobs = load_jobs(f.read(), args.file)
+    offsets = send_events(settings_of(args), args.domain, jobs)
+    for job, off in zip(jobs, offsets, strict=True):
+        sys.stdout.write(f"submitted {job.job} to intake offset {off}\n")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from replay.config import (  # noqa: PLC0415
+        ClusterFile,
+        ConfigError,
+        QueuesFile,
+        load,
+        node_events,
+        queue_events,
+    )
+
+    events: Sequence[Event]
+    try:
+        if args.noun == "queues":
+            events = queue_events(load(args.file, QueuesFile))
+        else:
+            events = node_events(load(args.file, ClusterFile))
+    except ConfigError as exc:
+        raise _cli_error(str(exc)) from exc
+    send_events(settings_of(args), args.domain, events)
+    sys.stdout.write(f"sent {len(events)} {args.noun} events to intake\n")
+    return 0
+
+
+def read_dead_letters(settings: KafkaSettings, domain: str) -> list[tuple[int, Any]]:
+    """Every dead letter of a domain, with its offset."""
+    from aiokafka import TopicPartition  # noqa: PLC0415
+
+    from scheduler.service import decode_dead_letter  # noqa: PLC0415
+
+    tp = TopicPartition(settings.deadletters, settings.partition(domain))
+
+    async def go() -> list[tuple[int, Any]]:
+        consumer = new_consumer(settings.bootstrap)
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            out = []
+            async for batch in read_records(consumer, tp, 0, await end_offset_of(consumer, tp)):
+                out += [(m.offset, decode_dead_letter(m.value)) for m in batch]
+            return out
+        finally:
+            await consumer.stop()
+
+    return run_sync(go())
+
+
+def _dlq_list(args: argparse.Namespace) -> int:
+    for off, dl in read_dead_letters(settings_of(args), args.domain):
+        row = msgspec.to_builtins(dl)
+        row["value"] = dl.value.hex()
+        sys.stdout.write(json.dumps({"offset": off, **row}) + "\n")
+    return 0
+
+
+def _dlq_replay(args: argparse.Namespace) -> int:
+    settings = settings_of(args)
+    chosen = [
+        (off, dl)
+        for off, dl in read_dead_letters(settings, args.domain)
+        if args.offset is None or off in args.offset
+    ]
+    send_intake(settings, args.domain, [dl.value for _, dl in chosen])
+    sys.stderr.write(f"re-submitted {len(chosen)} dead letters to intake\n")
+    return 0

@@ -1,0 +1,531 @@
+"""The live scheduler: intake → core → ledger on Kafka, exactly once (aiokafka).
+
+This is the one module that knows the stream processor. It is a consume-transform-produce
+loop with aiokafka's transactional producer; faust-streaming was tried first and not used
+(docs/operations.md, "Why not faust"). Per micro-batch of intake records it:
+
+1. decodes and validates each record; a refused one becomes a dead letter,
+2. applies the accepted ones and runs one ``cycle`` (the engine's order),
+3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
+   domain's ledger partition, the dead letters, a snapshot every ``snapshot_every``
+   records, and commits the intake offset (``send_offsets_to_transaction``).
+
+Exactly once across crashes does not rest on the group's committed offset: aiokafka cannot
+ask for a *stable* committed offset (KIP-447's ``require_stable``), so right after a crash
+it may read one that predates the last commit. The last ledger record of every
+transaction carries the next intake offset in the header ``intake-next``; a new owner
+takes its intake position from the ledger (or the snapshot), which commits atomically
+with the records it describes.
+
+Ownership: one consumer group per domain; the member that is assigned the domain's intake
+partition is active, the others stand by. The active one's transactional id is fixed per
+domain, so initialising it fences a previous owner (a zombie's next commit fails and it
+exits with status 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from events.codec import (
+    DecodeError,
+    Envelope,
+    UnknownEventType,
+    decode_envelope,
+    decode_event,
+    encode_envelope,
+    wrap,
+)
+from events.kafkalog import (
+    SNAPSHOT_MAX_BYTES,
+    KafkaSettings,
+    end_offset_of,
+    ensure_topics,
+    new_consumer,
+    new_producer,
+    read_records,
+)
+from events.model import PodsAllocated, tag_of
+from scheduler.core import State, apply, cycle
+from scheduler.snapshot import CatchUp, SnapshotError, decode_snapshot, encode_snapshot
+from scheduler.validate import validate
+
+log = logging.getLogger(__name__)
+
+INTAKE_NEXT = "intake-next"
+"""Header on the last ledger record of each transaction: the next intake offset."""
+FENCED_EXIT = 3
+
+
+class Fenced(RuntimeError):  # noqa: N818  # names the condition, like aiokafka's
+    """Another instance owns the domain now; this one must stop writing."""
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    """An intake record the scheduler refused, as stored on the dead-letter topic."""
+
+    kind: str
+    """``decode`` | ``unknown_type`` | ``schema`` | ``invalid``."""
+    reason: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    value: bytes
+    at: int = 0
+
+
+_dl_enc = msgspec.msgpack.Encoder()
+_dl_dec = msgspec.msgpack.Decoder(DeadLetter)
+
+
+def encode_dead_letter(dl: DeadLetter) -> bytes:
+    """Stored bytes of a dead letter."""
+    return _dl_enc.encode(dl)
+
+
+def decode_dead_letter(data: bytes) -> DeadLetter:
+    """A stored dead letter."""
+    return _dl_dec.decode(data)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_READY_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+
+
+@dataclass
+class _Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.buckets)
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+        self.total += value
+        self.n += 1
+
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        counts = self.counts or [0] * len(self.buckets)
+        sep = "," if labels else ""
+        out = [
+            f'{name}_bucket{{{labels}{sep}le="{b:g}"}} {c}'
+            for b, c in zip(self.buckets, counts, strict=True)
+        ]
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
+        suffix = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{suffix} {self.total:.6f}")
+        out.append(f"{name}_count{suffix} {self.n}")
+        return out
+
+
+@dataclass
+class Metrics:
+    """What the scheduler exposes in Prometheus text format (hand-written exposition)."""
+
+    cycle_seconds: _Histogram = field(default_factory=lambda: _Histogram(_BUCKETS_S))
+    time_to_ready: dict[str, _Histogram] = field(default_factory=dict)
+    decisions: dict[str, int] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    intake_lag: int = 0
+    accepted: int = 0
+    transactions: int = 0
+
+    def observe_cycle(self, seconds: float, decisions: Sequence[Any], state: State) -> None:
+        """Record one cycle's latency, its decisions and the jobs it made ready."""
+        self.cycle_seconds.observe(seconds)
+        for d in decisions:
+            tag = tag_of(type(d))
+            self.decisions[tag] = self.decisions.get(tag, 0) + 1
+            if isinstance(d, PodsAllocated):
+                job = state.jobs.get(d.job)
+                if job is not None:
+                    hist = self.time_to_ready.setdefault(d.queue, _Histogram(_READY_BUCKETS_S))
+                    hist.observe(max(state.now - job.submitted_at, 0) / 1000)
+
+    def render(self, state: State, domain: str) -> str:
+        """The exposition text."""
+        d = f'domain="{domain}"'
+        lines = [
+            "# TYPE gpuledger_cycle_seconds histogram",
+            *self.cycle_seconds.lines("gpuledger_cycle_seconds", d),
+            "# TYPE gpuledger_decisions_total counter",
+        ]
+        lines += [
+            f'gpuledger_decisions_total{{{d},type="{t}"}} {n}'
+            for t, n in sorted(self.decisions.items())
+        ]
+        lines.append("# TYPE gpuledger_dead_letters_total counter")
+        lines += [
+            f'gpuledger_dead_letters_total{{{d},kind="{k}"}} {n}'
+            for k, n in sorted(self.dead_letters.items())
+        ]
+        lines += [
+            "# TYPE gpuledger_intake_lag gauge",
+            f"gpuledger_intake_lag{{{d}}} {self.intake_lag}",
+            "# TYPE gpuledger_intake_accepted_total counter",
+            f"gpuledger_intake_accepted_total{{{d}}} {self.accepted}",
+            "# TYPE gpuledger_pending_jobs gauge",
+        ]
+        for name in sorted(state.queues):
+            q = state.queues[name]
+            if not q.children:
+                lines.append(f'gpuledger_pending_jobs{{{d},queue="{name}"}} {len(q.pending)}')
+        lines.append("# TYPE gpuledger_allocated_gpus gauge")
+        for name in sorted(state.queues):
+            q = state.queues[name]
+            lines.append(
+                f'gpuledger_allocated_gpus{{{d},queue="{name}"}} {q.allocated[0] / 1000:g}'
+            )
+        total = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values())
+        lines.append(f"gpuledger_allocated_gpus_total{{{d}}} {total / 1000:g}")
+        lines.append("# TYPE gpuledger_time_to_ready_seconds histogram")
+        for queue in sorted(self.time_to_ready):
+            lines += self.time_to_ready[queue].lines(
+                "gpuledger_time_to_ready_seconds", f'{d},queue="{queue}"'
+            )
+        return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@dataclass
+class ServiceConfig:
+    """Knobs of one scheduler instance."""
+
+    settings: KafkaSettings
+    domain: str
+    max_batch: int = 1000
+    """Intake records per micro-batch (one cycle, one transaction)."""
+    poll_ms: int = 50
+    snapshot_every: int = 50_000
+    """Ledger records between snapshots."""
+    session_timeout_ms: int = 3000
+    """How long the group waits before a silent active instance loses the domain."""
+    metrics_port: int | None = None
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, service: SchedulerService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.service.tp in revoked:
+            self.service.owned = False
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.service.owned = self.service.tp in assigned
+
+
+class SchedulerService:
+    """One instance: stands by until the group gives it the domain, then schedules."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        """Prepare (nothing connects until ``run``)."""
+        self.config = config
+        s = config.settings
+        self.partition = s.partition(config.domain)
+        self.tp = TopicPartition(s.intake, self.partition)
+        self.ledger_tp = TopicPartition(s.ledger, self.partition)
+        self.owned = False
+        self.active = False
+        self.state = State()
+        self.metrics = Metrics()
+        self.intake_next = 0
+        self.ledger_next = 0
+        self.records_since_snapshot = 0
+        self.records = 0
+        self._consumer: Any = None
+        self._producer: Any = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; raises ``Fenced`` if another owner took over."""
+        cfg = self.config
+        s = cfg.settings
+        await ensure_topics(s)
+        server = None
+        if cfg.metrics_port is not None:
+            server = await asyncio.start_server(self._serve_metrics, "127.0.0.1", cfg.metrics_port)
+        self._consumer = new_consumer(
+            s.bootstrap,
+            group_id=s.transactional_id(cfg.domain),
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=max(cfg.session_timeout_ms // 6, 100),
+            max_poll_interval_ms=60_000,
+            rebalance_timeout_ms=cfg.session_timeout_ms * 2,
+        )
+        await self._consumer.start()
+        self._consumer.subscribe([s.intake], listener=_Listener(self))
+        try:
+            while not stop.is_set():
+                if not self.owned:
+                    if self.active:
+                        await self._step_down()
+                    # getmany drives the group protocol; a standby gets nothing from it.
+                    await self._consumer.getmany(timeout_ms=cfg.poll_ms)
+                    continue
+                if not self.active:
+                    await self._take_over()
+                await self._step()
+        finally:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+            if self._producer is not None:
+                with contextlib.suppress(Exception):
+                    await self._producer.stop()
+            if server is not None:
+                server.close()
+
+    async def _take_over(self) -> None:
+        """Fence the previous owner, restore the state, position intake from the ledger."""
+        cfg = self.config
+        s = cfg.settings
+        started = time.perf_counter()
+        self._producer = new_producer(s.bootstrap, s.transactional_id(cfg.domain))
+        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # snapshots
+        await self._producer.start()  # init_transactions: fences and aborts a zombie
+        self.state, self.ledger_next, self.intake_next, self.records = await self.restore()
+        self.records_since_snapshot = 0
+        self._consumer.seek(self.tp, self.intake_next)
+        self.active = True
+        log.warning(
+            "domain %s: active after %.2fs; ledger at %d, intake at %d",
+            cfg.domain,
+            time.perf_counter() - started,
+            self.ledger_next,
+            self.intake_next,
+        )
+
+    async def restore(self) -> tuple[State, int, int, int]:
+        """Latest snapshot + ledger tail → (state, ledger_next, intake_next, records)."""
+        s = self.config.settings
+        reader = new_consumer(s.bootstrap)
+        await reader.start()
+        try:
+            state, ledger_next, intake_next, records = State(), 0, 0, 0
+            snap_tp = TopicPartition(s.snapshots, self.partition)
+            reader.assign([snap_tp, self.ledger_tp])
+            latest: bytes | None = None
+            end = await end_offset_of(reader, snap_tp)
+            async for batch in read_records(reader, snap_tp, 0, end):
+                latest = batch[-1].value
+            if latest is not None:
+                try:
+                    snap, state = decode_snapshot(latest)
+                    ledger_next, intake_next, records = (
+                        snap.ledger_next,
+                        snap.intake_next,
+                        snap.records,
+                    )
+                except SnapshotError:
+                    log.exception("unreadable snapshot; replaying the whole ledger")
+                    state, ledger_next, intake_next, records = State(), 0, 0, 0
+            catch = CatchUp(state)
+            end = await end_offset_of(reader, self.ledger_tp)
+            async for batch in read_records(reader, self.ledger_tp, ledger_next, end):
+                for m in batch:
+                    catch.feed(m.offset, decode_envelope(m.value, m.offset))
+                    for key, value in m.headers or ():
+                        if key == INTAKE_NEXT:
+                            intake_next = int(value)
+            return catch.state, max(end, ledger_next), intake_next, records + catch.records
+        finally:
+            await reader.stop()
+
+    async def _step_down(self) -> None:
+        self.active = False
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+            self._producer = None
+
+    async def _step(self) -> None:
+        cfg = self.config
+        got = await self._consumer.getmany(
+            self.tp, timeout_ms=cfg.poll_ms, max_records=cfg.max_batch
+        )
+        msgs = got.get(self.tp, [])
+        if not msgs or not self.owned:
+            return
+        started = time.perf_counter()
+        state = self.state
+        accepted: list[Envelope] = []
+        dead: list[DeadLetter] = []
+        for m in msgs:
+            value: bytes = m.value or b""
+            kind, reason = "", ""
+            try:
+                env = decode_envelope(value, m.offset)
+                event = decode_event(env, m.offset)
+            except UnknownEventType as exc:
+                kind, reason = "unknown_type", str(exc)
+            except DecodeError as exc:
+                kind = "schema" if "payload" in str(exc) else "decode"
+                reason = str(exc)
+            else:
+                why = validate(state, event)
+                if why is None:
+                    apply(state, event, env.at)
+                    accepted.append(env)
+                    continue
+                kind, reason = "invalid", why
+            dead.append(
+                DeadLetter(
+                    kind=kind,
+                    reason=reason,
+                    source_topic=m.topic,
+                    source_partition=m.partition,
+                    source_offset=m.offset,
+                    value=value,
+                    at=int(m.timestamp),
+                )
+            )
+        ledger: list[Envelope] = list(accepted)
+        decisions: list[Any] = []
+        if accepted:
+            decisions = cycle(state, state.now)
+            ledger += [wrap(d, state.now) for d in decisions]
+        intake_next = msgs[-1].offset + 1
+        await self._commit(ledger, dead, intake_next)
+        self.intake_next = intake_next
+        self.metrics.accepted += len(accepted)
+        self.metrics.transactions += 1
+        for dl in dead:
+            self.metrics.dead_letters[dl.kind] = self.metrics.dead_letters.get(dl.kind, 0) + 1
+        if accepted:
+            self.metrics.observe_cycle(time.perf_counter() - started, decisions, state)
+        hw = self._consumer.highwater(self.tp)
+        if hw is not None:
+            self.metrics.intake_lag = max(int(hw) - intake_next, 0)
+
+    async def _commit(
+        self, ledger: list[Envelope], dead: list[DeadLetter], intake_next: int
+    ) -> None:
+        s = self.config.settings
+        domain = self.config.domain.encode()
+        producer = self._producer
+        try:
+            async with producer.transaction():
+                futures = []
+                last = len(ledger) - 1
+                for i, env in enumerate(ledger):
+                    headers = [(INTAKE_NEXT, str(intake_next).encode())] if i == last else None
+                    futures.append(
+                        await producer.send(
+                            s.ledger,
+                            encode_envelope(env),
+                            key=domain,
+                            partition=self.partition,
+                            headers=headers,
+                        )
+                    )
+                for dl in dead:
+                    await producer.send(
+                        s.deadletters, encode_dead_letter(dl), key=domain, partition=self.partition
+                    )
+                if futures:
+                    last_md = (await asyncio.gather(*futures))[-1]
+                    self.ledger_next = int(last_md.offset) + 1
+                    self.records += len(ledger)
+                    self.records_since_snapshot += len(ledger)
+                if self.records_since_snapshot >= self.config.snapshot_every:
+                    # In the same transaction as the records it covers, so a snapshot
+                    # never runs ahead of (or behind) the ledger it describes.
+                    await producer.send(
+                        s.snapshots,
+                        encode_snapshot(
+                            self.config.domain,
+                            self.state,
+                            self.ledger_next,
+                            intake_next,
+                            self.records,
+                        ),
+                        key=domain,
+                        partition=self.partition,
+                    )
+                    self.records_since_snapshot = 0
+                await producer.send_offsets_to_transaction(
+                    {self.tp: intake_next}, s.transactional_id(self.config.domain)
+                )
+        except ProducerFenced as exc:
+            raise Fenced(f"domain {self.config.domain}: fenced by a newer owner") from exc
+        except KafkaError as exc:
+            # The transaction was aborted; the state already holds this batch, so it can
+            # not simply be retried: rebuild from the ledger like a new owner would.
+            log.warning("transaction failed (%s); restoring from the ledger", exc)
+            if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
+                raise Fenced(str(exc)) from exc
+            self.active = False
+            await self._step_down()
+
+    async def _serve_metrics(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            await reader.readline()
+            body = self.metrics.render(self.state, self.config.domain).encode()
+            writer.write(
+                b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        finally:
+            writer.close()
+
+
+def run_service(config: ServiceConfig) -> int:
+    """Run until SIGTERM/SIGINT; exit status 0, or 3 when fenced by a newer owner."""
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await SchedulerService(config).run(stop)
+        except Fenced as exc:
+            log.error("%s; exiting", exc)  # the traceback adds nothing
+            return FENCED_EXIT
+        return 0
+
+    return asyncio.run(main())
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds: adapters stamp inputs with it, never the core."""
+    return math.floor(time.time() * 1000)
+
+
+__all__ = [
+    "FENCED_EXIT",
+    "INTAKE_NEXT",
+    "DeadLetter",
+    "Fenced",
+    "Metrics",
+    "SchedulerService",
+    "ServiceConfig",
+    "decode_dead_letter",
+    "encode_dead_letter",
+    "run_service",
+    "wall_ms",
+]

@@ -1,0 +1,175 @@
+"""Snapshots of the scheduler's ``State`` and catching a state up with a ledger tail.
+
+A snapshot is the msgpack of the state's fields (via msgspec's dataclass support, so a
+field the core adds is carried without a change here) plus the ledger position it covers.
+Derived caches are not carried: they hold references into the state (``empty_nodes``
+holds the very ``Node`` objects of ``nodes``), which a copy would silently detach, so they
+are reset and rebuilt by the core on first use.
+
+Catching up re-runs the tail exactly as replay does (``apply`` for inputs, ``cycle`` where
+the ledger shows a cycle), because a cycle also updates bookkeeping its decisions do not
+carry (fair-share usage, wake-up times, the "fresh" list); the decisions it produces are
+compared with the recorded ones, so a snapshot that does not fit its ledger is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from events.codec import (
+    DecodeError,
+    Envelope,
+    UnknownEventType,
+    decode_event,
+    encode,
+    encode_envelope,
+)
+from events.model import DECISION_TAGS
+from scheduler.core import State, apply, cycle
+
+SNAPSHOT_FORMAT = 1
+
+_CACHE_FIELDS = frozenset({"empty_nodes", "capacity_cache"})
+"""State fields that are derived caches (reset on restore; see the module docstring)."""
+
+
+class SnapshotError(ValueError):
+    """A snapshot could not be decoded, or the ledger tail does not continue it."""
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """A state and where in the ledger it stands.
+
+    ``ledger_next`` is the first ledger offset *not* folded into ``state``;
+    ``intake_next`` the first intake offset not yet accepted into the ledger.
+    """
+
+    domain: str
+    ledger_next: int
+    intake_next: int
+    state: msgspec.Raw
+    records: int = 0
+    """Ledger records folded into the state (for the every-N-events rule)."""
+    format: int = SNAPSHOT_FORMAT
+
+
+_enc = msgspec.msgpack.Encoder()
+_snap_dec = msgspec.msgpack.Decoder(Snapshot)
+
+
+def _is_cache(name: str) -> bool:
+    return name in _CACHE_FIELDS or name.endswith("_cache")
+
+
+def state_to_dict(state: State) -> dict[str, Any]:
+    """The state as plain msgpack/JSON-able values, caches left out."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(state):
+        if not _is_cache(f.name):
+            out[f.name] = msgspec.to_builtins(getattr(state, f.name))
+    return out
+
+
+def state_from_dict(data: dict[str, Any]) -> State:
+    """The inverse of ``state_to_dict``; caches start empty."""
+    try:
+        return msgspec.convert(data, State)
+    except msgspec.ValidationError as exc:
+        raise SnapshotError(f"snapshot does not match this version's State: {exc}") from exc
+
+
+def state_bytes(state: State) -> bytes:
+    """Canonical bytes of a state (caches excluded): equal bytes mean equal states."""
+    return _enc.encode(state_to_dict(state))
+
+
+def encode_snapshot(
+    domain: str, state: State, ledger_next: int, intake_next: int, records: int
+) -> bytes:
+    """msgpack bytes of a snapshot of ``state``."""
+    snap = Snapshot(
+        domain=domain,
+        ledger_next=ledger_next,
+        intake_next=intake_next,
+        state=msgspec.Raw(state_bytes(state)),
+        records=records,
+    )
+    return _enc.encode(snap)
+
+
+def decode_snapshot(data: bytes) -> tuple[Snapshot, State]:
+    """The snapshot and its restored state; ``SnapshotError`` if it cannot be read."""
+    try:
+        snap = _snap_dec.decode(data)
+        raw = msgspec.msgpack.decode(snap.state)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"bad snapshot: {exc}") from exc
+    if snap.format != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"snapshot format {snap.format}, this version reads {SNAPSHOT_FORMAT}")
+    return snap, state_from_dict(raw)
+
+
+class CatchUp:
+    """Folds ledger records into a state the way replay does, one record at a time.
+
+    Feed records in ledger order, starting at a cycle boundary (a snapshot's position or
+    offset 0). ``pending`` is True while a cycle's decisions are only partly seen.
+    """
+
+    def __init__(self, state: State) -> None:
+        """Continue from ``state``."""
+        self.state = state
+        self.records = 0
+        self._produced: list[bytes] = []
+        self._index = 0
+        self.pending = False
+
+    def feed(self, offset: int, env: Envelope) -> None:
+        """Fold one record; ``SnapshotError`` when a decision is not what the cycle makes."""
+        self.records += 1
+        try:
+            event = decode_event(env, offset)
+        except UnknownEventType:
+            return  # a newer writer's type: replay parks it too
+        except DecodeError as exc:
+            raise SnapshotError(str(exc)) from exc
+        state = self.state
+        if env.type in DECISION_TAGS:
+            if not self.pending:
+                self._produced = [encode(d, state.now) for d in cycle(state, env.at)]
+                self._index = 0
+                self.pending = True
+            got = self._produced[self._index] if self._index < len(self._produced) else b""
+            if got != encode_envelope(env):
+                raise SnapshotError(
+                    f"offset {offset}: the ledger's {env.type} is not what the cycle produced; "
+                    "the snapshot does not belong to this ledger or the policy changed"
+                )
+            self._index += 1
+            if env.type == "cycle_completed":
+                self.pending = False
+            return
+        apply(state, event, env.at)
+
+    def feed_all(self, records: Iterable[tuple[int, Envelope]]) -> State:
+        """Fold every record; return the state."""
+        for offset, env in records:
+            self.feed(offset, env)
+        return self.state
+
+
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "CatchUp",
+    "Snapshot",
+    "SnapshotError",
+    "decode_snapshot",
+    "encode_snapshot",
+    "state_bytes",
+    "state_from_dict",
+    "state_to_dict",
+]

@@ -1,0 +1,154 @@
+"""Semantic validation of intake events: ``validate(state, event) -> reason | None``.
+
+The fold (``scheduler.core.apply``) never raises and ignores what it cannot use, because a
+ledger it already accepted must always replay. Rejection with a reason happens here, at
+intake, before an event reaches the ledger: a refused event goes to the dead-letter topic
+and the ledger never sees it. Pure: no I/O, reads the state, changes nothing.
+"""
+
+from __future__ import annotations
+
+from events.model import (
+    MILLI,
+    BindFailed,
+    Event,
+    JobCancelled,
+    JobSubmitted,
+    NodeCordoned,
+    NodeRegistered,
+    NodeRemoved,
+    PodBound,
+    PodEvicted,
+    PodFinished,
+    PodStarted,
+    QueueConfigured,
+    QueueRemoved,
+    Resources,
+    is_decision,
+)
+from scheduler.core import State
+
+
+def validate(state: State, event: Event) -> str | None:
+    """Why ``event`` must not enter the ledger given ``state``, or None if it may."""
+    if is_decision(event):
+        return f"{type(event).__name__} is a scheduler decision; intake takes only facts"
+    match event:
+        case JobSubmitted():
+            return _job(state, event)
+        case QueueConfigured():
+            return _queue(state, event)
+        case QueueRemoved(queue=name):
+            return None if name in state.queues else f"unknown queue {name!r}"
+        case NodeRegistered():
+            if not event.node:
+                return "node name is empty"
+            for what, value in (
+                ("gpus", event.gpus),
+                ("cpu_milli", event.cpu_milli),
+                ("memory_mib", event.memory_mib),
+                ("gpu_memory_mib", event.gpu_memory_mib),
+            ):
+                if value < 0:
+                    return f"node {event.node}: negative {what} ({value})"
+            return None
+        case NodeRemoved(node=node) | NodeCordoned(node=node):
+            return None if node in state.nodes else f"unknown node {node!r}"
+        case JobCancelled(job=job):
+            return None if job in state.jobs else f"unknown job {job!r}"
+        case PodStarted(job=job, pod=pod) | PodFinished(job=job, pod=pod):
+            return _known_pod(state, job, pod)
+        case (
+            PodBound(job=job, pod=pod) | BindFailed(job=job, pod=pod) | PodEvicted(job=job, pod=pod)
+        ):
+            return _known_pod(state, job, pod)
+    return None
+
+
+def _known_pod(state: State, job: str, pod: str) -> str | None:
+    found = state.jobs.get(job)
+    if found is None:
+        return f"unknown job {job!r}"
+    if all(p.name != pod for p in found.pods):
+        return f"job {job}: unknown pod {pod!r}"
+    return None
+
+
+def _job(state: State, job: JobSubmitted) -> str | None:
+    if not job.job:
+        return "job id is empty"
+    if job.job in state.jobs:
+        return f"duplicate job id {job.job!r}"
+    # The fifo baseline has no queues; every other policy needs an existing leaf queue.
+    if state.policy != "fifo":
+        queue = state.queues.get(job.queue)
+        if queue is None:
+            return f"job {job.job}: unknown queue {job.queue!r}"
+        if queue.children:
+            return f"job {job.job}: queue {job.queue!r} is not a leaf queue"
+    if not job.pods:
+        return f"job {job.job}: no pods"
+    names = [p.name for p in job.pods]
+    if len(set(names)) != len(names):
+        return f"job {job.job}: duplicate pod names"
+    if not 0 <= job.min_members <= len(job.pods):
+        return (
+            f"job {job.job}: min_members {job.min_members} is outside 0..{len(job.pods)} "
+            "(the number of pods)"
+        )
+    for pod in job.pods:
+        for what, value in (
+            ("gpu_milli", pod.gpu_milli),
+            ("cpu_milli", pod.cpu_milli),
+            ("memory_mib", pod.memory_mib),
+            ("gpu_memory_mib", pod.gpu_memory_mib),
+        ):
+            if value < 0:
+                return f"job {job.job}: pod {pod.name}: negative {what} ({value})"
+        if pod.gpu_milli > MILLI and pod.gpu_milli % MILLI:
+            return (
+                f"job {job.job}: pod {pod.name}: gpu_milli {pod.gpu_milli} is neither a "
+                "fraction of one GPU (< 1000) nor whole GPUs (a multiple of 1000)"
+            )
+    for what, maybe in (
+        ("expected_runtime_ms", job.expected_runtime_ms),
+        ("checkpoint_interval_ms", job.checkpoint_interval_ms),
+    ):
+        if maybe is not None and maybe < 0:
+            return f"job {job.job}: negative {what} ({maybe})"
+    return None
+
+
+def _negative(res: Resources, allow_unlimited: bool) -> str | None:
+    floor = -1 if allow_unlimited else 0
+    for what in ("gpu_milli", "cpu_milli", "memory_mib"):
+        value = getattr(res, what)
+        if value < floor:
+            return f"{what} {value}"
+    return None
+
+
+def _queue(state: State, q: QueueConfigured) -> str | None:
+    if not q.queue:
+        return "queue name is empty"
+    if q.parent:
+        if q.parent == q.queue:
+            return f"queue {q.queue} is its own parent"
+        if q.parent not in state.queues:
+            return f"queue {q.queue}: unknown parent queue {q.parent!r}"
+        if any(a.name == q.queue for a in state.ancestors(q.parent)):
+            return f"queue {q.queue}: parent {q.parent!r} would make a cycle"
+    bad = _negative(q.deserved, allow_unlimited=False)
+    if bad:
+        return f"queue {q.queue}: negative deserved {bad}"
+    bad = _negative(q.limit, allow_unlimited=True)
+    if bad:
+        return f"queue {q.queue}: limit {bad} (use -1 for no limit)"
+    if q.deserved_gpu_percent is not None and not 0 <= q.deserved_gpu_percent <= 100:
+        return f"queue {q.queue}: deserved_gpu_percent {q.deserved_gpu_percent} outside 0..100"
+    if q.over_quota_weight < 0:
+        return f"queue {q.queue}: negative over_quota_weight ({q.over_quota_weight})"
+    return None
+
+
+__all__ = ["validate"]

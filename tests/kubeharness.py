@@ -1,0 +1,318 @@
+"""Helpers for tests against the real kube-apiserver of scripts/k8s.sh (kwok nodes)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from scheduler.kube.client import api_client, raw
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("GPULEDGER_K8S_CACHE", Path.home() / ".cache/gpuledger/k8s"))
+KUBECONFIG = CACHE / "kubeconfig"
+
+
+def ensure_control_plane() -> None:
+    """Bring the control plane up (idempotent: a healthy one is reused)."""
+    subprocess.run(["bash", str(ROOT / "scripts/k8s.sh"), "up"], check=True)
+
+
+def apply_manifest(api: client.ApiClient, path: Path) -> None:
+    """Create every object of a YAML file, leaving existing ones as they are."""
+    from kubernetes import utils
+
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc:
+            continue
+        try:
+            utils.create_from_dict(api, doc)
+        except utils.FailToCreateError as exc:
+            if any(e.status != 409 for e in exc.api_exceptions):
+                raise
+
+
+def sa_kubeconfig(core: client.CoreV1Api, name: str, dest: Path) -> Path:
+    """A kubeconfig authenticating as ServiceAccount gpuledger-system/<name> (TokenRequest)."""
+    tok = core.create_namespaced_service_account_token(
+        name, "gpuledger-system", {"spec": {"expirationSeconds": 86400}}
+    )
+    cfg = yaml.safe_load(KUBECONFIG.read_text())
+    cfg["users"] = [{"name": name, "user": {"token": tok.status.token}}]
+    cfg["contexts"][0]["context"]["user"] = name
+    dest.write_text(yaml.safe_dump(cfg))
+    return dest
+
+
+@dataclass
+class Cluster:
+    """Admin clients plus the ServiceAccount kubeconfigs of the binder and the ingestor."""
+
+    api: client.ApiClient
+    binder_kubeconfig: Path
+    ingestor_kubeconfig: Path
+    core: client.CoreV1Api = field(init=False)
+    custom: client.CustomObjectsApi = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # ------------------------------------------------------------------ objects
+
+    def reset(self) -> None:
+        """Delete gpuledger pods, Queues and kwok nodes left by an earlier test."""
+        pods = raw(
+            self.core.list_pod_for_all_namespaces, field_selector="spec.schedulerName=gpuledger"
+        )["items"]
+        for p in pods:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespaced_pod(
+                    p["metadata"]["name"], p["metadata"]["namespace"], grace_period_seconds=0
+                )
+        for q in raw(
+            self.custom.list_cluster_custom_object, "scheduling.gpuledger.io", "v1alpha1", "queues"
+        )["items"]:
+            self.custom.delete_cluster_custom_object(
+                "scheduling.gpuledger.io", "v1alpha1", "queues", q["metadata"]["name"]
+            )
+        with contextlib.suppress(ApiException):
+            self.core.delete_collection_node(label_selector="type=kwok")
+        wait_until(
+            lambda: (
+                not raw(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector="spec.schedulerName=gpuledger",
+                )["items"]
+            ),
+            30,
+        )
+
+    def namespace(self, name: str) -> str:
+        with contextlib.suppress(ApiException):
+            self.core.create_namespace({"metadata": {"name": name}})
+        return name
+
+    def nodes(self, prefix: str, count: int, gpus: int = 8) -> list[str]:
+        names = []
+        for i in range(count):
+            name = f"{prefix}-{i}"
+            cap = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}
+            self.core.create_node(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {"type": "kwok", "nvidia.com/gpu.product": "A100"},
+                    },
+                    "status": {"allocatable": cap, "capacity": cap},
+                }
+            )
+            names.append(name)
+        return names
+
+    def queue(
+        self,
+        name: str,
+        namespaces: list[str],
+        *,
+        quota: float = 0,
+        limit: float = -1,
+        weight: int = 1,
+        parent: str = "",
+        priority: int = 0,
+    ) -> None:
+        spec: dict[str, Any] = {
+            "namespaces": namespaces,
+            "priority": priority,
+            "resources": {"gpu": {"quota": quota, "limit": limit, "overQuotaWeight": weight}},
+        }
+        if parent:
+            spec["parentQueue"] = parent
+        self.custom.create_cluster_custom_object(
+            "scheduling.gpuledger.io",
+            "v1alpha1",
+            "queues",
+            {
+                "apiVersion": "scheduling.gpuledger.io/v1alpha1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
+    def pod(
+        self,
+        ns: str,
+        name: str,
+        *,
+        gpus: int = 1,
+        queue: str = "",
+        group: str = "",
+        min_member: int = 0,
+        duration: str | None = "2s",
+        fraction: str = "",
+        priority_class: str = "",
+    ) -> None:
+        labels, ann = {}, {}
+        if queue:
+            labels["gpuledger.io/queue"] = queue
+        if group:
+            labels["gpuledger.io/pod-group"] = group
+        if min_member:
+            ann["gpuledger.io/min-member"] = str(min_member)
+        if duration:
+            ann["gpuledger.io/run-duration"] = duration
+        if fraction:
+            ann["gpuledger.io/gpu-fraction"] = fraction
+        if priority_class:
+            ann["gpuledger.io/priority-class"] = priority_class
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        self.core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": name, "labels": labels, "annotations": ann},
+                "spec": {
+                    "schedulerName": "gpuledger",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "trainer:1",
+                            "resources": {"limits": limits, "requests": {"cpu": "1"}},
+                        }
+                    ],
+                },
+            },
+        )
+
+    def phases(self, ns: str) -> dict[str, str]:
+        items = raw(self.core.list_namespaced_pod, ns)["items"]
+        return {p["metadata"]["name"]: p["status"].get("phase", "") for p in items}
+
+    def events(self, ns: str, reason: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = raw(
+            self.core.list_namespaced_event, ns, field_selector=f"reason={reason}"
+        )["items"]
+        return items
+
+
+def make_cluster(tmp: Path) -> Cluster:
+    ensure_control_plane()
+    api = api_client(str(KUBECONFIG))
+    apply_manifest(api, ROOT / "deploy/queue-crd.yaml")
+    apply_manifest(api, ROOT / "deploy/rbac.yaml")
+    ext = client.ApiextensionsV1Api(api)
+    wait_until(
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in ext.read_custom_resource_definition(
+                "queues.scheduling.gpuledger.io"
+            ).status.conditions
+            or []
+        ),
+        30,
+    )
+    core = client.CoreV1Api(api)
+    return Cluster(
+        api,
+        sa_kubeconfig(core, "gpuledger-binder", tmp / "binder.kubeconfig"),
+        sa_kubeconfig(core, "gpuledger-ingestor", tmp / "ingestor.kubeconfig"),
+    )
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Proc:
+    """A gpuledger component as a subprocess (so tests can SIGKILL it)."""
+
+    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+        self.name, self.args, self.log_dir = name, args, log_dir
+        self.p: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+
+    def start(self) -> Proc:
+        self.runs += 1
+        log = open(self.log_dir / f"{self.name}.{self.runs}.log", "wb")  # noqa: SIM115
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", "kube", "-v", *self.args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def kill(self) -> None:
+        assert self.p is not None
+        self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+
+    def stop(self) -> None:
+        if self.p is not None and self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+    def log(self) -> str:
+        return "\n".join(
+            (self.log_dir / f"{self.name}.{i}.log").read_text(errors="replace")
+            for i in range(1, self.runs + 1)
+        )
+
+
+@contextlib.contextmanager
+def gpuledger(cluster: Cluster, work: Path) -> Iterator[dict[str, Proc]]:
+    """Ingestor, embedded scheduler and binder running against the cluster."""
+    intake, ledger = work / "intake", work / "ledger"
+    procs = {
+        "ingest": Proc(
+            "ingest",
+            ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", str(intake)],
+            work,
+        ),
+        "schedule": Proc(
+            "schedule", ["schedule", "--intake", str(intake), "--ledger", str(ledger)], work
+        ),
+        "bind": Proc(
+            "bind",
+            [
+                "bind",
+                "--kubeconfig",
+                str(cluster.binder_kubeconfig),
+                "--ledger",
+                str(ledger),
+                "--intake",
+                str(intake),
+            ],
+            work,
+        ),
+    }
+    for p in procs.values():
+        p.start()
+    try:
+        yield procs
+    finally:
+        for p in procs.values():
+            p.stop()

@@ -1,0 +1,208 @@
+"""The Kubernetes adapters against a real kube-apiserver (scripts/k8s.sh) with kwok nodes."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from events.codec import decode_event
+from events.filelog import LedgerDirReader
+from projections.projector import project
+from replay.verify import run as replay_run
+from tests.kubeharness import Cluster, gpuledger, make_cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    return make_cluster(tmp_path_factory.mktemp("k8s"))
+
+
+@pytest.fixture
+def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
+    cluster_session.reset()
+    yield cluster_session
+    cluster_session.reset()
+
+
+def ledger_events(path: Path) -> list[tuple[int, object]]:
+    return [(o, decode_event(e, o)) for o, e in LedgerDirReader(path).read()]
+
+
+def count(events: list[tuple[int, object]], tag: str) -> collections.Counter[tuple[str, ...]]:
+    c: collections.Counter[tuple[str, ...]] = collections.Counter()
+    for _, e in events:
+        if type(e).__name__ == tag:
+            c[(getattr(e, "job", ""), getattr(e, "pod", ""))] += 1
+    return c
+
+
+def test_end_to_end_three_queues_gangs_singles_tenancy(cluster: Cluster, tmp_path: Path) -> None:
+    ns = [cluster.namespace(n) for n in ("e2e-a", "e2e-b", "e2e-c")]
+    cluster.nodes("e2e-gpu", 3, gpus=8)
+    cluster.queue("team-a", [ns[0]], quota=8)
+    cluster.queue("team-b", [ns[1]], quota=8)
+    cluster.queue("team-c", [ns[2]], quota=8)
+    with gpuledger(cluster, tmp_path) as procs:
+        for i in range(4):  # a gang: submitted once all four members are seen
+            cluster.pod(ns[0], f"llm-{i}", gpus=2, group="llm", min_member=4, duration="3s")
+        for i in range(3):
+            cluster.pod(ns[1], f"nb-{i}", gpus=1, duration="2s")
+        cluster.pod(ns[1], "frac", gpus=0, fraction="0.5", duration="2s")
+        for i in range(2):
+            cluster.pod(ns[2], f"ddp-{i}", gpus=4, group="ddp", min_member=2, duration="2s")
+        cluster.pod(ns[2], "sneaky", gpus=1, queue="team-a")  # ns e2e-c is not bound to team-a
+
+        def all_done() -> bool:
+            ph = {**cluster.phases(ns[0]), **cluster.phases(ns[1]), **cluster.phases(ns[2])}
+            return all(v == "Succeeded" for k, v in ph.items() if k != "sneaky")
+
+        wait_until(all_done, 60, "all admitted pods to succeed")
+        wait_until(lambda: cluster.events(ns[2], "Rejected"), 10, "a Rejected event")
+        time.sleep(1.5)  # let PodFinished reach the ledger
+    for name, p in procs.items():
+        assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
+    assert cluster.phases(ns[2])["sneaky"] == "Pending"
+    assert "not bound to queue" in cluster.events(ns[2], "Rejected")[0]["message"]
+    assert cluster.events(ns[0], "Scheduled")
+    ledger = tmp_path / "ledger"
+    events = ledger_events(ledger)
+    rejected = [e for _, e in events if type(e).__name__ == "JobRejected"]
+    assert [(e.job, e.queue) for e in rejected] == [("e2e-c/sneaky", "team-a")]
+    assert "e2e-c/sneaky" not in {
+        getattr(e, "job", "") for _, e in events if type(e).__name__ == "PodsAllocated"
+    }
+    submitted = count(events, "JobSubmitted")
+    assert {j for j, _ in submitted} == {
+        "e2e-a/llm",
+        "e2e-b/nb-0",
+        "e2e-b/nb-1",
+        "e2e-b/nb-2",
+        "e2e-b/frac",
+        "e2e-c/ddp",
+    }
+    assert all(n == 1 for n in submitted.values())
+    assert sum(count(events, "PodBound").values()) == 10
+    assert sum(count(events, "PodFinished").values()) == 10
+    result = replay_run(LedgerDirReader(ledger))
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    db = tmp_path / "p.duckdb"
+    project(LedgerDirReader(ledger), db)
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT job, time_to_ready_s FROM jobs ORDER BY job").fetchall()
+    ready = dict(rows)
+    assert ready["e2e-a/llm"] is not None and ready["e2e-a/llm"] >= 0
+    assert all(ready[j] is not None for j, _ in submitted)
+
+
+def test_reclaim_evicts_through_eviction_api_with_events(cluster: Cluster, tmp_path: Path) -> None:
+    a, b = cluster.namespace("rc-a"), cluster.namespace("rc-b")
+    cluster.nodes("rc-gpu", 1, gpus=8)
+    cluster.queue("rc-team-a", [a], quota=4)
+    cluster.queue("rc-team-b", [b], quota=4)
+    with gpuledger(cluster, tmp_path) as procs:
+        for i in range(4):  # team-a borrows the whole node: over its quota of 4
+            cluster.pod(a, f"hog-{i}", gpus=2, duration=None)
+        wait_until(lambda: list(cluster.phases(a).values()).count("Running") == 4, 30, "hogs")
+        cluster.pod(b, "claim", gpus=4, group="claim", min_member=1, duration=None)
+        wait_until(lambda: cluster.phases(b).get("claim") == "Running", 40, "reclaimer running")
+        preempted = cluster.events(a, "Preempted")
+        preempting = cluster.events(b, "Preempting")
+        time.sleep(1)
+    for name, p in procs.items():
+        assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
+    assert preempted and all(
+        "rc-b/claim" in e["message"] and "rc-team-b" in e["message"] and "reclaim" in e["message"]
+        for e in preempted
+    )
+    assert preempting and "reclaim" in preempting[0]["message"]
+    remaining = cluster.phases(a)
+    assert len(remaining) == 2, remaining  # two 2-GPU victims were evicted (and deleted)
+    events = ledger_events(tmp_path / "ledger")
+    jp = [e for _, e in events if type(e).__name__ == "JobPreempted"]
+    assert {e.rule for e in jp} == {"reclaim"} and {e.preemptor for e in jp} == {"rc-b/claim"}
+    assert sum(count(events, "PodEvicted").values()) == 2
+    assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
+
+
+@pytest.mark.parametrize("who", ["binder", "ingestor"])
+def test_service_account_rights_are_least_privilege(cluster_session: Cluster, who: str) -> None:
+    from scheduler.kube.client import api_client
+
+    kcfg = (
+        cluster_session.binder_kubeconfig
+        if who == "binder"
+        else cluster_session.ingestor_kubeconfig
+    )
+    core = client.CoreV1Api(api_client(str(kcfg)))
+    cluster_session.nodes(f"rbac-{who}", 1)
+    try:
+        with pytest.raises(ApiException) as exc:
+            core.delete_node(f"rbac-{who}-0")
+        assert exc.value.status == 403
+        with pytest.raises(ApiException) as exc:
+            core.list_namespaced_secret("gpuledger-system")
+        assert exc.value.status == 403
+        with pytest.raises(ApiException) as exc:
+            core.create_namespaced_pod(
+                "default",
+                {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+            )
+        assert exc.value.status == 403
+        if who == "ingestor":  # reads, never binds
+            with pytest.raises(ApiException) as exc:
+                core.create_namespaced_pod_binding(
+                    "x",
+                    "default",
+                    {"metadata": {"name": "x"}, "target": {"kind": "Node", "name": "n"}},
+                )
+            assert exc.value.status == 403
+        else:  # binds, never lists
+            with pytest.raises(ApiException) as exc:
+                core.list_pod_for_all_namespaces()
+            assert exc.value.status == 403
+    finally:
+        cluster_session.core.delete_node(f"rbac-{who}-0")
+
+
+def test_restarts_lose_and_duplicate_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    ns = cluster.namespace("rs")
+    cluster.nodes("rs-gpu", 2, gpus=8)
+    cluster.queue("rs-team", [ns], quota=16)
+    n = 36
+    with gpuledger(cluster, tmp_path) as procs:
+        for i in range(n):
+            cluster.pod(ns, f"job-{i:02d}", gpus=2, duration="1s")
+            if i in (8, 20):
+                procs["ingest"].kill()
+                procs["bind"].kill()
+                time.sleep(0.3)
+                procs["ingest"].start()
+                procs["bind"].start()
+            if i == 14:
+                procs["schedule"].kill()
+                procs["schedule"].start()
+        wait_until(
+            lambda: list(cluster.phases(ns).values()).count("Succeeded") == n,
+            90,
+            "all pods to succeed",
+        )
+        time.sleep(2)
+    events = ledger_events(tmp_path / "ledger")
+    jobs = {f"rs/job-{i:02d}" for i in range(n)}
+    for tag in ("JobSubmitted",):
+        c = count(events, tag)
+        assert {j for j, _ in c} == jobs and set(c.values()) == {1}, (tag, c)
+    for tag in ("PodBound", "PodStarted", "PodFinished"):
+        c = count(events, tag)
+        assert len(c) == n and set(c.values()) == {1}, (tag, c)
+    assert not count(events, "BindFailed")
+    assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok

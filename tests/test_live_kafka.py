@@ -1,0 +1,418 @@
+"""The live path against the real broker: end to end, dead letters, SIGKILL, failover, fencing.
+
+Each test runs the scheduler service as real ``gpuledger scheduler run`` processes on its
+own topic prefix, sends intake with the producer helpers the CLI uses, and judges the
+ledger with the library calls: ``replay.verify.run`` on a ``KafkaReader`` and a byte
+comparison of the ledger's inputs with what intake received.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import msgspec
+import pytest
+
+from events.codec import Envelope, decode_envelope, encode_envelope, wrap
+from events.kafkalog import (
+    KafkaReader,
+    KafkaSettings,
+    end_offset_of,
+    new_consumer,
+    read_records,
+    run_sync,
+)
+from events.model import (
+    DECISION_TAGS,
+    JobCancelled,
+    JobSubmitted,
+    NodeRegistered,
+    PodSpec,
+    QueueConfigured,
+    Resources,
+)
+from projections.projector import project
+from replay.verify import run as replay
+from scheduler.live_cli import read_dead_letters, send_events, send_intake
+from scheduler.service import FENCED_EXIT
+from tests.kafkakit import kafka, settings
+
+__all__ = ["kafka", "settings"]
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Service:
+    """One ``gpuledger scheduler run`` process."""
+
+    def __init__(self, s: KafkaSettings, log: Path, *extra: str) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scheduler.cli",
+                "scheduler",
+                "run",
+                "--bootstrap",
+                s.bootstrap,
+                "--prefix",
+                s.prefix,
+                "--session-timeout-ms",
+                "1500",
+                "--max-batch",
+                "200",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "ab"),  # noqa: SIM115  # the child owns it
+        )
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[list[Service]]:
+    started: list[Service] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def start(started: list[Service], s: KafkaSettings, tmp: Path, *extra: str) -> Service:
+    svc = Service(s, tmp / f"service-{len(started)}.log", *extra)
+    started.append(svc)
+    return svc
+
+
+def read_all(s: KafkaSettings, topic: str) -> list[tuple[int, bytes, dict[str, bytes]]]:
+    from aiokafka import TopicPartition
+
+    tp = TopicPartition(topic, 0)
+
+    async def go() -> list[tuple[int, bytes, dict[str, bytes]]]:
+        c = new_consumer(s.bootstrap)
+        await c.start()
+        try:
+            c.assign([tp])
+            out = []
+            async for batch in read_records(c, tp, 0, await end_offset_of(c, tp)):
+                out += [(m.offset, m.value, dict(m.headers or ())) for m in batch]
+            return out
+        finally:
+            await c.stop()
+
+    return run_sync(go())
+
+
+def ledger_envelopes(s: KafkaSettings) -> list[Envelope]:
+    return [decode_envelope(v) for _, v, _ in read_all(s, s.ledger)]
+
+
+def ledger_inputs(s: KafkaSettings) -> list[bytes]:
+    return [encode_envelope(e) for e in ledger_envelopes(s) if e.type not in DECISION_TAGS]
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def caught_up(s: KafkaSettings) -> bool:
+    """The ledger's last transaction has taken in all of intake."""
+    intake = read_all(s, s.intake)
+    ledger = read_all(s, s.ledger)
+    if not intake:
+        return True
+    heads = [int(h["intake-next"]) for _, _, h in ledger if "intake-next" in h]
+    return bool(heads) and heads[-1] == intake[-1][0] + 1
+
+
+def cluster(s: KafkaSettings, nodes: int = 4) -> None:
+    send_events(
+        s,
+        "default",
+        [
+            QueueConfigured(queue="train", deserved=Resources(gpu_milli=16_000)),
+            QueueConfigured(queue="dev", deserved=Resources(gpu_milli=16_000)),
+            *(
+                NodeRegistered(node=f"n{i}", gpus=8, cpu_milli=64_000, memory_mib=512_000)
+                for i in range(nodes)
+            ),
+        ],
+    )
+
+
+def job(name: str, queue: str = "train", gpus: int = 1000, pods: int = 1) -> JobSubmitted:
+    return JobSubmitted(
+        job=name,
+        queue=queue,
+        pods=tuple(PodSpec(name=f"p{i}", gpu_milli=gpus) for i in range(pods)),
+    )
+
+
+def assert_exactly_once_and_replays(s: KafkaSettings) -> None:
+    intake = [v for _, v, _ in read_all(s, s.intake)]
+    assert ledger_inputs(s) == intake, "every intake record in the ledger exactly once, in order"
+    with KafkaReader(s.bootstrap, s.ledger) as reader:
+        result = replay(reader)
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    assert result.inputs == len(intake)
+
+
+def test_end_to_end_submit_allocate_replay_project(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    s = settings
+    start(services, s, tmp_path)
+    cluster(s)
+    db = tmp_path / "live.duckdb"
+    reader = KafkaReader(s.bootstrap, s.ledger)
+    try:
+        for wave in range(3):
+            send_events(s, "default", [job(f"w{wave}-{i}", pods=2) for i in range(4)])
+            wait_for(lambda: caught_up(s), 30, "the scheduler to take in intake")
+            project(reader, db)  # followed live: one incremental run per wave
+        allocated = {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"}
+        assert allocated == {f"w{w}-{i}" for w in range(3) for i in range(4)}
+        con = duckdb.connect(str(db), read_only=True)
+        rows = con.execute("SELECT count(*), count(ready_at_ms) FROM jobs").fetchone()
+        con.close()
+        assert rows == (12, 0) or rows[0] == 12
+        statuses = {
+            r[0]
+            for r in duckdb.connect(str(db), read_only=True)
+            .execute("SELECT DISTINCT status FROM jobs")
+            .fetchall()
+        }
+        assert statuses <= {"allocated", "running"}
+    finally:
+        reader.close()
+    assert_exactly_once_and_replays(s)
+
+
+BAD_KINDS = {
+    "decode": 1,
+    "unknown_type": 1,
+    "schema": 2,
+    "invalid": 7,
+}
+
+
+def test_dead_letters_each_kind_and_service_keeps_running(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    s = settings
+    svc = start(services, s, tmp_path)
+    cluster(s, nodes=1)
+    enc = msgspec.msgpack.Encoder()
+
+    def raw_env(type_: str, payload: object) -> bytes:
+        return enc.encode({"type": type_, "key": "x", "at": 1, "payload": payload, "version": 1})
+
+    good = wrap(job("ok"), 5)
+    bad = [
+        b"\xc1 not msgpack",
+        raw_env("job_teleported", {"type": "job_teleported"}),
+        raw_env("job_submitted", {"type": "job_submitted", "job": "s1"}),  # no queue, no pods
+        raw_env(
+            "job_submitted",
+            {
+                "type": "job_submitted",
+                "job": "s2",
+                "queue": "train",
+                "pods": [{"name": "p", "gpu_milli": float("nan")}],
+            },
+        ),
+        encode_envelope(wrap(job("neg", gpus=-1000), 2)),
+        encode_envelope(wrap(job("lost", queue="nope"), 2)),
+        encode_envelope(
+            wrap(
+                JobSubmitted(job="gang", queue="train", pods=(PodSpec(name="a"),), min_members=3), 2
+            )
+        ),
+        encode_envelope(wrap(job("odd", gpus=1500), 2)),
+        encode_envelope(good),  # accepted...
+        encode_envelope(wrap(job("ok"), 6)),  # ...so this one is a duplicate
+        encode_envelope(wrap(JobCancelled(job="ghost"), 7)),
+        encode_envelope(wrap(QueueConfigured(queue="orphan", parent="missing"), 8)),
+    ]
+    offsets = send_intake(s, "default", bad)
+    wait_for(lambda: caught_up(s), 30, "the scheduler to take in the bad batch")
+    assert svc.proc.poll() is None, "the service keeps running"
+    letters = read_dead_letters(s, "default")
+    kinds: dict[str, int] = {}
+    for _, dl in letters:
+        kinds[dl.kind] = kinds.get(dl.kind, 0) + 1
+    assert kinds == BAD_KINDS
+    by_source = {dl.source_offset: dl for _, dl in letters}
+    good_offset = offsets[8]
+    assert set(by_source) == set(offsets) - {good_offset}
+    reasons = " | ".join(dl.reason for _, dl in letters)
+    for phrase in (
+        "negative gpu_milli",
+        "unknown queue 'nope'",
+        "min_members 3",
+        "neither a fraction",
+        "duplicate job id 'ok'",
+        "unknown job 'ghost'",
+        "unknown parent queue 'missing'",
+        "unknown event type 'job_teleported'",
+    ):
+        assert phrase in reasons
+    assert by_source[offsets[0]].value == bad[0]
+    # The service is still scheduling: the good job was allocated.
+    assert "ok" in {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"}
+    # Fix the cause and re-submit: the job for the missing queue is accepted now.
+    send_events(s, "default", [QueueConfigured(queue="nope")])
+    lost = [off for off, dl in letters if "unknown queue 'nope'" in dl.reason]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "dlq",
+            "replay",
+            "--prefix",
+            s.prefix,
+            "--offset",
+            str(lost[0]),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    wait_for(
+        lambda: "lost" in {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"},
+        30,
+        "the re-submitted job to be allocated",
+    )
+    with KafkaReader(s.bootstrap, s.ledger) as reader:
+        assert replay(reader).ok
+
+
+def _load(s: KafkaSettings, stop: threading.Event, sent: list[int]) -> None:
+    """Steady load: new one-GPU jobs and cancellations of older ones, ~150 events/s."""
+    i = 0
+    while not stop.is_set():
+        events: list[object] = [job(f"k{i + j}", queue=("train", "dev")[j % 2]) for j in range(6)]
+        if i >= 24:
+            events += [JobCancelled(job=f"k{i - 24 + j}") for j in range(6)]
+        send_events(s, "default", events)  # type: ignore[arg-type]
+        sent.append(len(events))
+        i += 6
+        time.sleep(0.08)
+
+
+def test_sigkill_at_random_moments_exactly_once(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    s = settings
+    rng = random.Random(6)
+    cluster(s)
+    svc = start(services, s, tmp_path, "--snapshot-every", "300")
+    stop = threading.Event()
+    sent: list[int] = []
+    loader = threading.Thread(target=_load, args=(s, stop, sent), daemon=True)
+    loader.start()
+    kills = 0
+    try:
+        while kills < 10:
+            time.sleep(rng.uniform(0.5, 3.0))
+            svc.kill(signal.SIGKILL)
+            svc.proc.wait(10)
+            kills += 1
+            svc = start(services, s, tmp_path, "--snapshot-every", "300")
+    finally:
+        stop.set()
+        loader.join(10)
+    wait_for(lambda: caught_up(s), 60, "the last instance to catch up")
+    assert kills == 10 and sum(sent) > 1000
+    snapshots = read_all(s, s.snapshots)
+    assert snapshots, "snapshots were taken (and restarts used them)"
+    assert_exactly_once_and_replays(s)
+
+
+def test_failover_to_standby_and_zombie_is_fenced(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    s = settings
+    cluster(s)
+    active = start(services, s, tmp_path)
+    wait_for(lambda: caught_up(s) and bool(read_all(s, s.ledger)), 30, "the first owner")
+    standby = start(services, s, tmp_path)
+    time.sleep(2)  # the standby joins the group and is given nothing
+    send_events(s, "default", [job("before")])
+    wait_for(lambda: caught_up(s), 30, "the active instance")
+    # Pause the active one mid-stream: it may hold a fetched batch it has not committed.
+    active.kill(signal.SIGSTOP)
+    send_events(s, "default", [job(f"during-{i}") for i in range(5)])
+    wait_for(lambda: caught_up(s), 30, "the standby to take over")
+    allocated = {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"}
+    assert {f"during-{i}" for i in range(5)} <= allocated
+    # The zombie wakes up: its transactional id was taken over, it must not append.
+    before = len(read_all(s, s.ledger))
+    active.kill(signal.SIGCONT)
+    time.sleep(3)
+    code = active.proc.poll()
+    assert code in (None, FENCED_EXIT)
+    send_events(s, "default", [job("after")])
+    wait_for(lambda: caught_up(s), 30, "the new owner")
+    assert len(read_all(s, s.ledger)) > before
+    assert standby.proc.poll() is None
+    assert_exactly_once_and_replays(s)
+    # Now the standby (the owner) dies: whoever is left takes over again, or a new one.
+    standby.kill(signal.SIGKILL)
+    if active.proc.poll() is not None:
+        start(services, s, tmp_path)
+    send_events(s, "default", [job("last")])
+    wait_for(lambda: caught_up(s), 30, "the next owner")
+    assert_exactly_once_and_replays(s)
+
+
+def test_snapshot_plus_tail_equals_full_replay(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    from scheduler.service import SchedulerService, ServiceConfig
+    from scheduler.snapshot import state_bytes
+
+    s = settings
+    cluster(s)
+    start(services, s, tmp_path, "--snapshot-every", "40")
+    for wave in range(6):
+        send_events(s, "default", [job(f"s{wave}-{i}", pods=2) for i in range(10)])
+        wait_for(lambda: caught_up(s), 30, "the scheduler")
+    assert len(read_all(s, s.snapshots)) >= 2
+    restored = run_sync(SchedulerService(ServiceConfig(settings=s, domain="default")).restore())
+    with KafkaReader(s.bootstrap, s.ledger) as reader:
+        full = replay(reader)
+    assert full.ok
+    state, _, intake_next, _ = restored
+    assert state_bytes(state) == state_bytes(full.state)
+    assert intake_next == read_all(s, s.intake)[-1][0] + 1
