@@ -197,6 +197,19 @@ def test_gang_policy_invariants_hold_and_the_ledger_replays(scenario, knobs) -> 
     check_invariants(ledger.records, gang=True)
     result = replay(ledger)
     assert result.ok, result.mismatch and result.mismatch.diff()
+    check_state(result.state)
+
+
+def check_state(state) -> None:  # type: ignore[no-untyped-def]
+    """The core's own bookkeeping agrees with itself after a whole run."""
+    from scheduler.core.state import FreeIndex
+
+    for node in state.nodes.values():
+        assert all(0 <= d <= 1000 for d in node.free_devices), node
+        assert node.free_gpu_milli == sum(node.free_devices), node
+        assert node.free_whole == sum(1 for d in node.free_devices if d == 1000), node
+    if state.free_index_cache is not None:
+        assert state.free_index_cache == FreeIndex.of(state.nodes)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -116,10 +116,12 @@ def apply(state: State, event: Event, at: int) -> State:
                     job.backoff_until = at + delay
                     _wake(state, job.backoff_until)
         case NodeRegistered():
+            state.free_index_cache = None  # rebuilt on next use with the new node set
             _node_registered(state, event)
             state.topology += 1
         case NodeRemoved(node=name):
             _node_removed(state, name)
+            state.free_index_cache = None
             state.topology += 1
         case NodeCordoned(node=name, cordoned=cordoned):
             node = state.nodes.get(name)
@@ -191,7 +193,7 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: 
         node = state.nodes.get(placement.node)
         if spec is None or node is None or placement.pod in job.placements:
             continue
-        take(node, job.job, spec, placement.gpus)
+        take(node, job.job, spec, placement.gpus, state.free_index_cache)
         job.placements[placement.pod] = placement
         if chain:
             chain[0].active[job.job] = None
@@ -244,7 +246,7 @@ def _release_pod(
 ) -> None:
     node = state.nodes.get(placement.node)
     if node is not None and node.pods.get(spec.name) == job.job:
-        give_back(node, spec, placement.gpus)
+        give_back(node, spec, placement.gpus, state.free_index_cache)
     gpu = sum(slot.milli for slot in placement.gpus)
     for queue in chain:
         _add(queue, -gpu, -spec.cpu_milli, -spec.memory_mib)

@@ -28,8 +28,7 @@ Emit = Callable[[Event], None]
 
 def fifo(state: State, emit: Emit) -> None:
     """Place pending pods one by one, creation order, least allocated node first."""
-    stmt = Statement(state.nodes, fractional=False, score=spread_score)
-    nodes = list(state.nodes.values())
+    stmt = Statement(state.nodes, fractional=False, score=spread_score, index=state.free_index())
     failed: list[tuple[int, int, int]] = []
     for _, _, job_id in list(state.pending):
         job = state.jobs[job_id]
@@ -37,7 +36,7 @@ def fifo(state: State, emit: Emit) -> None:
         for pod in job.pods:
             if pod.name in job.placements or not _may_fit(pod, failed):
                 continue
-            placement = stmt.place(job.job, pod, nodes)
+            placement = stmt.place(job.job, pod, None)
             if placement is None:
                 if not pod.node_selector and not pod.tolerations and len(failed) < 16:
                     failed.append((effective_gpu_milli(pod, False), pod.cpu_milli, pod.memory_mib))
@@ -77,7 +76,7 @@ def drf(state: State, emit: Emit) -> None:
             return
         queue = min(candidates, key=dominant)
         job = state.jobs[queue.pending[0][2]]
-        stmt = Statement(state.nodes)
+        stmt = Statement(state.nodes, index=state.free_index())
         placements = stmt.place_gang(job)
         if placements is None:
             done[queue.name] = None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
-from scheduler.core.state import Job, Node
+from scheduler.core.state import FreeIndex, Job, Node
 
 
 def selector_matches(node: Node, selector: dict[str, str]) -> bool:
@@ -132,8 +132,15 @@ def tolerates(node: Node, pod: PodSpec) -> bool:
     return True
 
 
-def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
-    """Take a pod's resources on a node."""
+def take(
+    node: Node,
+    job: str,
+    pod: PodSpec,
+    slots: Iterable[GpuSlot],
+    index: FreeIndex | None = None,
+) -> None:
+    """Take a pod's resources on a node (keeping the free-capacity index current)."""
+    before = node.free_gpu_milli
     devices = node.free_devices
     for slot in slots:
         if devices[slot.device] == MILLI:
@@ -143,10 +150,15 @@ def take(node: Node, job: str, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
     node.free_cpu -= pod.cpu_milli
     node.free_memory -= pod.memory_mib
     node.pods[pod.name] = job
+    if index is not None:
+        index.move(node.name, before, node.free_gpu_milli)
 
 
-def give_back(node: Node, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
-    """Release a pod's resources on a node."""
+def give_back(
+    node: Node, pod: PodSpec, slots: Iterable[GpuSlot], index: FreeIndex | None = None
+) -> None:
+    """Release a pod's resources on a node (keeping the free-capacity index current)."""
+    before = node.free_gpu_milli
     devices = node.free_devices
     for slot in slots:
         devices[slot.device] += slot.milli
@@ -156,6 +168,8 @@ def give_back(node: Node, pod: PodSpec, slots: Iterable[GpuSlot]) -> None:
     node.free_cpu += pod.cpu_milli
     node.free_memory += pod.memory_mib
     node.pods.pop(pod.name, None)
+    if index is not None:
+        index.move(node.name, before, node.free_gpu_milli)
 
 
 NodeScore = Callable[[Node, int], tuple[int, str]]
@@ -190,6 +204,8 @@ class Statement:
     score: NodeScore = binpack_score
     steps: list[_Step] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
+    index: FreeIndex | None = None
+    """The state's free-capacity index, when ``nodes`` are the state's own nodes."""
 
     def checkpoint(self) -> tuple[int, int]:
         """A point to roll back to."""
@@ -201,15 +217,25 @@ class Statement:
         while len(self.steps) > keep_steps:
             step = self.steps.pop()
             if step.taken:
-                give_back(step.node, step.pod, step.slots)
+                give_back(step.node, step.pod, step.slots, self.index)
             else:
-                take(step.node, step.job, step.pod, step.slots)
+                take(step.node, step.job, step.pod, step.slots, self.index)
         del self.evicted[keep_evicted:]
 
-    def place(self, job: str, pod: PodSpec, candidates: Iterable[Node]) -> PodPlacement | None:
-        """Put one pod on the best candidate node now, or return None."""
+    def place(
+        self, job: str, pod: PodSpec, candidates: Iterable[Node] | None
+    ) -> PodPlacement | None:
+        """Put one pod on the best candidate node now, or return None.
+
+        ``candidates`` None means every node: then, for the two standard scores, the
+        free-capacity index is walked in score order and the first node that fits wins.
+        """
         by_memory = not pod.gpu_milli and pod.gpu_memory_mib > 0
         gpu = effective_gpu_milli(pod, self.fractional)
+        if candidates is None:
+            if self.index is not None and not by_memory and self.score in _ORDERED:
+                return self._place_indexed(job, pod, gpu)
+            candidates = self.nodes.values()
         best: Node | None = None
         best_gpu = 0
         best_score: tuple[int, str] | None = None
@@ -235,7 +261,7 @@ class Statement:
             return None
         slots = choose_slots(best, best_gpu)
         assert slots is not None
-        take(best, job, pod, slots)
+        take(best, job, pod, slots, self.index)
         self.steps.append(_Step(best, job, pod, slots, taken=True))
         return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
 
@@ -245,9 +271,9 @@ class Statement:
         With a topology key the pods go into one domain (nodes sharing that label's value):
         domains are tried fullest first; ``topology_required`` fails rather than spread.
         """
-        pool = list(self.nodes.values()) if nodes is None else nodes
         if not job.topology_key:
-            return self._place_all(job, pool)
+            return self._place_all(job, nodes)
+        pool = list(self.nodes.values()) if nodes is None else nodes
         domains: dict[str, list[Node]] = {}
         for node in pool:
             value = node.labels.get(job.topology_key)
@@ -260,7 +286,7 @@ class Statement:
                 return placed
         return None if job.topology_required else self._place_all(job, pool)
 
-    def _place_all(self, job: Job, nodes: list[Node]) -> list[PodPlacement] | None:
+    def _place_all(self, job: Job, nodes: list[Node] | None) -> list[PodPlacement] | None:
         point = self.checkpoint()
         required, optional = split_gang(job)
         placed: list[PodPlacement] = []
@@ -276,8 +302,25 @@ class Statement:
                 placed.append(placement)
         return placed
 
+    def _place_indexed(self, job: str, pod: PodSpec, gpu: int) -> PodPlacement | None:
+        assert self.index is not None
+        walk = self.index.ascending if self.score is binpack_score else self.index.descending
+        whole = gpu // MILLI if gpu >= MILLI else 0
+        nodes = self.nodes
+        for name in walk(gpu):
+            node = nodes[name]
+            if node.free_whole < whole or not pod_fits_now(node, pod):
+                continue
+            slots = choose_slots(node, gpu)
+            if slots is None:
+                continue
+            take(node, job, pod, slots, self.index)
+            self.steps.append(_Step(node, job, pod, slots, taken=True))
+            return PodPlacement(pod=pod.name, node=node.name, gpus=slots)
+        return None
+
     def place_pods(
-        self, job: str, pods: list[PodSpec], nodes: list[Node]
+        self, job: str, pods: list[PodSpec], nodes: list[Node] | None
     ) -> list[PodPlacement] | None:
         """Place exactly these pods, all or none (used to move a running job)."""
         point = self.checkpoint()
@@ -298,10 +341,14 @@ class Statement:
             if node is None:
                 continue
             spec = specs[placement.pod]
-            give_back(node, spec, placement.gpus)
+            give_back(node, spec, placement.gpus, self.index)
             self.steps.append(_Step(node, job.job, spec, placement.gpus, taken=False))
         self.evicted.append(job.job)
 
     def undo_all(self) -> None:
         """Return the nodes to how they were before the statement (used before commit)."""
         self.rollback((0, 0))
+
+
+_ORDERED = (binpack_score, spread_score)
+"""Scores the free-capacity index can walk in order (ascending or descending free GPUs)."""

@@ -393,7 +393,7 @@ def _try_job(
         if head:
             _note_reason(job, _capacity_reason(state, job), emit)
         return False
-    stmt = Statement(state.nodes, score=_score_for(state, queue, job))
+    stmt = Statement(state.nodes, score=_score_for(state, queue, job), index=state.free_index())
     placements = stmt.place_gang(job, allowed)
     victims: list[tuple[Job, str]] = []
     moves: list[tuple[Job, list[PodPlacement]]] = []
@@ -494,7 +494,7 @@ def _reserve(state: State, job: Job) -> Reservation | None:
                 end = max(state.now, began + other.expected_runtime_ms - other.checkpointed_ms)
             ends.append((end, other.seq, job_id))
     ends.sort()
-    stmt = Statement(state.nodes)
+    stmt = Statement(state.nodes, index=state.free_index())
     reservation: Reservation | None = None
     need = job.request[0]
     free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
@@ -532,12 +532,11 @@ def _note_reason(job: Job, reason: str, emit: Emit) -> None:
 
 
 def _capacity_reason(state: State, job: Job) -> str:
-    stmt = Statement(state.nodes)
-    nodes = list(state.nodes.values())
+    stmt = Statement(state.nodes, index=state.free_index())
     required, _ = split_gang(job)
     fitted = 0
     for pod in required:
-        if stmt.place(job.job, pod, nodes) is None:
+        if stmt.place(job.job, pod, None) is None:
             break
         fitted += 1
     stmt.undo_all()

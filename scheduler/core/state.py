@@ -9,6 +9,7 @@ or sorted lists, never sets of strings; every sort has a complete tie-breaker.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from events.model import MILLI, PodPlacement, PodSpec, PolicyConfigured, Resources
@@ -186,6 +187,8 @@ class State:
     """Bumped by every node event; derived per-topology caches key on it."""
     empty_nodes: tuple[int, dict[str, Node]] = (-1, {})
     """Cache: (topology, the schedulable nodes with nothing on them)."""
+    free_index_cache: FreeIndex | None = None
+    """Cache: nodes by free GPUs (built on first use, dropped when nodes come or go)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
     stale: dict[str, None] = field(default_factory=dict)
@@ -218,6 +221,12 @@ class State:
         if queue is not None:
             _remove_sorted(queue.pending, key)
 
+    def free_index(self) -> FreeIndex:
+        """The free-capacity index over the nodes, built when first needed."""
+        if self.free_index_cache is None:
+            self.free_index_cache = FreeIndex.of(self.nodes)
+        return self.free_index_cache
+
     def ancestors(self, queue: str) -> list[Queue]:
         """The queue itself and its ancestors, leaf first (stops at a missing parent)."""
         chain: list[Queue] = []
@@ -237,6 +246,58 @@ class State:
     def queue_path(self, queue: str) -> str:
         """``root/child/leaf`` for a queue."""
         return "/".join(q.name for q in reversed(self.ancestors(queue)))
+
+
+@dataclass(slots=True)
+class FreeIndex:
+    """Node names by free milli-GPUs, each bucket sorted by name.
+
+    Placement walks it instead of every node: ascending for bin-packing (the first node
+    that fits is the best fit), descending for spreading. ``take``/``give_back`` keep it
+    current; it is a derived cache, rebuilt when nodes come or go.
+    """
+
+    buckets: dict[int, list[str]] = field(default_factory=dict)
+    keys: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, nodes: dict[str, Node]) -> FreeIndex:
+        """Index every node."""
+        index = cls()
+        for node in nodes.values():
+            insort(index.buckets.setdefault(node.free_gpu_milli, []), node.name)
+        index.keys = sorted(index.buckets)
+        return index
+
+    def move(self, name: str, old: int, new: int) -> None:
+        """A node's free GPUs went from ``old`` to ``new``."""
+        if old == new:
+            return
+        bucket = self.buckets[old]
+        del bucket[bisect_left(bucket, name)]
+        if not bucket:
+            del self.buckets[old]
+            del self.keys[bisect_left(self.keys, old)]
+        target = self.buckets.get(new)
+        if target is None:
+            self.buckets[new] = [name]
+            insort(self.keys, new)
+        else:
+            insort(target, name)
+
+    def ascending(self, minimum: int) -> Iterator[str]:
+        """Names of nodes with at least ``minimum`` free, least free first, then by name.
+
+        Lazy: the caller stops at the first node that fits, and must not resume the walk
+        after changing the index.
+        """
+        for key in self.keys[bisect_left(self.keys, minimum) :]:
+            yield from self.buckets[key]
+
+    def descending(self, minimum: int) -> Iterator[str]:
+        """Names of nodes with at least ``minimum`` free, most free first, then by name."""
+        for key in reversed(self.keys[bisect_left(self.keys, minimum) :]):
+            yield from self.buckets[key]
 
 
 def _remove_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> None:
