@@ -319,6 +319,21 @@ class JobRejected(Event, frozen=True, tag="job_rejected"):
     reason: str = ""
 
 
+class EvictionFailed(Event, frozen=True, tag="eviction_failed"):
+    """The binder could not evict a preempted pod: the API kept refusing (a
+    PodDisruptionBudget answering 429, say) after bounded retries, or refused outright.
+
+    An outcome recorded for audit: the policy core ignores it. The ledger has already
+    released the pod's resources (the preemption stands), so the pod may still be running on
+    ``node`` beyond what the ledger accounts for until someone deletes it.
+    """
+
+    job: str
+    pod: str
+    node: str
+    reason: str
+
+
 AnyEvent = (
     NodeRegistered
     | NodeRemoved
@@ -340,6 +355,7 @@ AnyEvent = (
     | PodEvicted
     | GpuUtilizationSampled
     | JobRejected
+    | EvictionFailed
 )
 """The closed union of every event type this version understands."""
 
@@ -372,6 +388,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PodEvicted,
     GpuUtilizationSampled,
     JobRejected,
+    EvictionFailed,
 )
 
 
@@ -410,6 +427,7 @@ __all__ = [
     "BindFailed",
     "CycleCompleted",
     "Event",
+    "EvictionFailed",
     "GpuSlot",
     "GpuUtilizationSampled",
     "JobCancelled",

@@ -29,7 +29,9 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,7 +60,7 @@ from events.kafkalog import (
     read_records,
 )
 from events.model import PodsAllocated, tag_of
-from scheduler.core import State, apply, cycle
+from scheduler.core import State, apply, cycle, fair_shares
 from scheduler.snapshot import CatchUp, SnapshotError, decode_snapshot, encode_snapshot
 from scheduler.validate import validate
 
@@ -66,6 +68,9 @@ log = logging.getLogger(__name__)
 
 INTAKE_NEXT = "intake-next"
 """Header on the last ledger record of each transaction: the next intake offset."""
+WRITER = "writer"
+"""Header on the last ledger record of each transaction: ``host/pid`` of the instance that
+committed it (for operators and the fencing test; replay ignores headers)."""
 FENCED_EXIT = 3
 
 
@@ -148,6 +153,8 @@ class Metrics:
     intake_lag: int = 0
     accepted: int = 0
     transactions: int = 0
+    fair_share_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per queue, the GPU fair share of the last cycle (``scheduler.core.fair_shares``)."""
 
     def observe_cycle(self, seconds: float, decisions: Sequence[Any], state: State) -> None:
         """Record one cycle's latency, its decisions and the jobs it made ready."""
@@ -160,6 +167,9 @@ class Metrics:
                 if job is not None:
                     hist = self.time_to_ready.setdefault(d.queue, _Histogram(_READY_BUCKETS_S))
                     hist.observe(max(state.now - job.submitted_at, 0) / 1000)
+        # One division per micro-batch: the same computation the cycle's rules use.
+        shares = fair_shares(state)
+        self.fair_share_gpu_milli = {q: row[0] for q, row in shares.fair.items()}
 
     def render(self, state: State, domain: str) -> str:
         """The exposition text."""
@@ -189,6 +199,10 @@ class Metrics:
             q = state.queues[name]
             if not q.children:
                 lines.append(f'gpuledger_pending_jobs{{{d},queue="{name}"}} {len(q.pending)}')
+        lines.append("# TYPE gpuledger_queue_fair_share_gpus gauge")
+        for name in sorted(self.fair_share_gpu_milli):
+            share = self.fair_share_gpu_milli[name] / 1000
+            lines.append(f'gpuledger_queue_fair_share_gpus{{{d},queue="{name}"}} {share:g}')
         lines.append("# TYPE gpuledger_allocated_gpus gauge")
         for name in sorted(state.queues):
             q = state.queues[name]
@@ -231,6 +245,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if self.service.tp in revoked:
             self.service.owned = False
+            if self.service.active:
+                await self.service.check_fenced()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.service.owned = self.service.tp in assigned
@@ -256,6 +272,11 @@ class SchedulerService:
         self.records = 0
         self._consumer: Any = None
         self._producer: Any = None
+        self._txn_lock = asyncio.Lock()
+        """One transaction at a time: the loop's commits and the revocation check."""
+        self.fenced: Fenced | None = None
+        """Set when the broker refused this instance's transactional id; ``run`` raises it."""
+        self.writer_id = f"{socket.gethostname()}/{os.getpid()}"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; raises ``Fenced`` if another owner took over."""
@@ -277,6 +298,8 @@ class SchedulerService:
         self._consumer.subscribe([s.intake], listener=_Listener(self))
         try:
             while not stop.is_set():
+                if self.fenced is not None:
+                    raise self.fenced
                 if not self.owned:
                     if self.active:
                         await self._step_down()
@@ -351,12 +374,43 @@ class SchedulerService:
         finally:
             await reader.stop()
 
+    async def check_fenced(self) -> None:
+        """Ask the broker whether this instance still holds the domain's transactional id.
+
+        Called when the group takes the domain's intake partition away from the active
+        instance. A revocation alone does not say why: a healthy instance loses the
+        partition in an ordinary rebalance, a paused or partitioned one because its session
+        expired and a successor was given the domain. The broker knows: a transaction that
+        only re-commits the intake position succeeds if no successor has initialised the
+        transactional id, and fails with ``ProducerFenced`` otherwise. So a zombie always
+        learns that it was fenced, even when the rebalance reaches it before its next batch
+        does, and stops (``run`` raises ``Fenced``, exit status 3) instead of standing by.
+        """
+        group = self.config.settings.transactional_id(self.config.domain)
+        async with self._txn_lock:  # before the loop's step-down can stop the producer
+            producer = self._producer
+            if producer is None or self.fenced is not None:
+                return  # stood down already, or the loop's own commit found the fence
+            try:
+                async with producer.transaction():
+                    await producer.send_offsets_to_transaction({self.tp: self.intake_next}, group)
+            except ProducerFenced:
+                self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
+            except KafkaError as exc:
+                if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
+                    self.fenced = Fenced(str(exc))
+                else:
+                    log.warning("could not check ownership (%s); standing down", exc)
+        if self.fenced is not None:
+            log.error("%s (found when the group revoked the domain)", self.fenced)
+
     async def _step_down(self) -> None:
         self.active = False
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                await self._producer.stop()
-            self._producer = None
+        async with self._txn_lock:
+            if self._producer is not None:
+                with contextlib.suppress(Exception):
+                    await self._producer.stop()
+                self._producer = None
 
     async def _step(self) -> None:
         cfg = self.config
@@ -423,57 +477,67 @@ class SchedulerService:
         s = self.config.settings
         domain = self.config.domain.encode()
         producer = self._producer
+        tail = [(INTAKE_NEXT, str(intake_next).encode()), (WRITER, self.writer_id.encode())]
         try:
-            async with producer.transaction():
-                futures = []
-                last = len(ledger) - 1
-                for i, env in enumerate(ledger):
-                    headers = [(INTAKE_NEXT, str(intake_next).encode())] if i == last else None
-                    futures.append(
+            async with self._txn_lock:
+                if self.fenced is not None:
+                    # The revocation check found the fence while this batch waited.
+                    raise self.fenced
+                async with producer.transaction():
+                    futures = []
+                    last = len(ledger) - 1
+                    for i, env in enumerate(ledger):
+                        headers = tail if i == last else None
+                        futures.append(
+                            await producer.send(
+                                s.ledger,
+                                encode_envelope(env),
+                                key=domain,
+                                partition=self.partition,
+                                headers=headers,
+                            )
+                        )
+                    for dl in dead:
                         await producer.send(
-                            s.ledger,
-                            encode_envelope(env),
+                            s.deadletters,
+                            encode_dead_letter(dl),
                             key=domain,
                             partition=self.partition,
-                            headers=headers,
                         )
+                    if futures:
+                        last_md = (await asyncio.gather(*futures))[-1]
+                        self.ledger_next = int(last_md.offset) + 1
+                        self.records += len(ledger)
+                        self.records_since_snapshot += len(ledger)
+                    if self.records_since_snapshot >= self.config.snapshot_every:
+                        # In the same transaction as the records it covers, so a snapshot
+                        # never runs ahead of (or behind) the ledger it describes.
+                        await producer.send(
+                            s.snapshots,
+                            encode_snapshot(
+                                self.config.domain,
+                                self.state,
+                                self.ledger_next,
+                                intake_next,
+                                self.records,
+                            ),
+                            key=domain,
+                            partition=self.partition,
+                        )
+                        self.records_since_snapshot = 0
+                    await producer.send_offsets_to_transaction(
+                        {self.tp: intake_next}, s.transactional_id(self.config.domain)
                     )
-                for dl in dead:
-                    await producer.send(
-                        s.deadletters, encode_dead_letter(dl), key=domain, partition=self.partition
-                    )
-                if futures:
-                    last_md = (await asyncio.gather(*futures))[-1]
-                    self.ledger_next = int(last_md.offset) + 1
-                    self.records += len(ledger)
-                    self.records_since_snapshot += len(ledger)
-                if self.records_since_snapshot >= self.config.snapshot_every:
-                    # In the same transaction as the records it covers, so a snapshot
-                    # never runs ahead of (or behind) the ledger it describes.
-                    await producer.send(
-                        s.snapshots,
-                        encode_snapshot(
-                            self.config.domain,
-                            self.state,
-                            self.ledger_next,
-                            intake_next,
-                            self.records,
-                        ),
-                        key=domain,
-                        partition=self.partition,
-                    )
-                    self.records_since_snapshot = 0
-                await producer.send_offsets_to_transaction(
-                    {self.tp: intake_next}, s.transactional_id(self.config.domain)
-                )
         except ProducerFenced as exc:
-            raise Fenced(f"domain {self.config.domain}: fenced by a newer owner") from exc
+            self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
+            raise self.fenced from exc
         except KafkaError as exc:
             # The transaction was aborted; the state already holds this batch, so it can
             # not simply be retried: rebuild from the ledger like a new owner would.
             log.warning("transaction failed (%s); restoring from the ledger", exc)
             if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
-                raise Fenced(str(exc)) from exc
+                self.fenced = Fenced(str(exc))
+                raise self.fenced from exc
             self.active = False
             await self._step_down()
 
@@ -519,6 +583,7 @@ def wall_ms() -> int:
 __all__ = [
     "FENCED_EXIT",
     "INTAKE_NEXT",
+    "WRITER",
     "DeadLetter",
     "Fenced",
     "Metrics",

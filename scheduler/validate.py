@@ -12,6 +12,7 @@ from events.model import (
     MILLI,
     BindFailed,
     Event,
+    EvictionFailed,
     JobCancelled,
     JobSubmitted,
     NodeCordoned,
@@ -59,7 +60,10 @@ def validate(state: State, event: Event) -> str | None:
         case PodStarted(job=job, pod=pod) | PodFinished(job=job, pod=pod):
             return _known_pod(state, job, pod)
         case (
-            PodBound(job=job, pod=pod) | BindFailed(job=job, pod=pod) | PodEvicted(job=job, pod=pod)
+            PodBound(job=job, pod=pod)
+            | BindFailed(job=job, pod=pod)
+            | PodEvicted(job=job, pod=pod)
+            | EvictionFailed(job=job, pod=pod)
         ):
             return _known_pod(state, job, pod)
     return None

@@ -6,6 +6,7 @@ from events.model import (
     BindFailed,
     CycleCompleted,
     Event,
+    EvictionFailed,
     GpuSlot,
     GpuUtilizationSampled,
     JobCancelled,
@@ -116,5 +117,12 @@ SAMPLES: list[Event] = [
         queue="team-a",
         namespace="team-b",
         reason="namespace 'team-b' is not bound to queue 'team-a'",
+    ),
+    EvictionFailed(
+        job="notebook-7",
+        pod="notebook-7-0",
+        node="gpu-07",
+        reason="gave up after 6 attempts: ApiException: 429 Cannot evict pod as it would "
+        "violate the pod's disruption budget.",
     ),
 ]

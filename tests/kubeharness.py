@@ -30,9 +30,11 @@ def ensure_control_plane() -> None:
 
 
 def apply_manifest(api: client.ApiClient, path: Path) -> None:
-    """Create every object of a YAML file, leaving existing ones as they are."""
-    from kubernetes import utils
+    """Create every object of a YAML file; existing ones are updated to match it (a
+    control plane kept up between runs then gets, say, an RBAC rule added since)."""
+    from kubernetes import dynamic, utils
 
+    dyn: Any = None
     for doc in yaml.safe_load_all(path.read_text()):
         if not doc:
             continue
@@ -41,6 +43,27 @@ def apply_manifest(api: client.ApiClient, path: Path) -> None:
         except utils.FailToCreateError as exc:
             if any(e.status != 409 for e in exc.api_exceptions):
                 raise
+            dyn = dyn or dynamic.DynamicClient(api)
+            meta = doc["metadata"]
+            dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).patch(
+                body=doc,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                content_type="application/merge-patch+json",
+            )
+
+
+def wait_established(api: client.ApiClient, crd: str) -> None:
+    """Wait until the CustomResourceDefinition ``crd`` serves its resource."""
+    ext = client.ApiextensionsV1Api(api)
+    wait_until(
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in ext.read_custom_resource_definition(crd).status.conditions or []
+        ),
+        30,
+        f"CRD {crd} to be established",
+    )
 
 
 def sa_kubeconfig(core: client.CoreV1Api, name: str, dest: Path) -> Path:
@@ -165,8 +188,11 @@ class Cluster:
         duration: str | None = "2s",
         fraction: str = "",
         priority_class: str = "",
+        labels: dict[str, str] | None = None,
+        owner: dict[str, Any] | None = None,
     ) -> None:
-        labels, ann = {}, {}
+        """A gpuledger pod; ``owner`` is the JSON of an object to name in ownerReferences."""
+        labels, ann = dict(labels or {}), {}
         if queue:
             labels["gpuledger.io/queue"] = queue
         if group:
@@ -180,10 +206,21 @@ class Cluster:
         if priority_class:
             ann["gpuledger.io/priority-class"] = priority_class
         limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        meta: dict[str, Any] = {"name": name, "labels": labels, "annotations": ann}
+        if owner is not None:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                }
+            ]
         self.core.create_namespaced_pod(
             ns,
             {
-                "metadata": {"name": name, "labels": labels, "annotations": ann},
+                "metadata": meta,
                 "spec": {
                     "schedulerName": "gpuledger",
                     "terminationGracePeriodSeconds": 0,
@@ -214,17 +251,7 @@ def make_cluster(tmp: Path) -> Cluster:
     api = api_client(str(KUBECONFIG))
     apply_manifest(api, ROOT / "deploy/queue-crd.yaml")
     apply_manifest(api, ROOT / "deploy/rbac.yaml")
-    ext = client.ApiextensionsV1Api(api)
-    wait_until(
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in ext.read_custom_resource_definition(
-                "queues.scheduling.gpuledger.io"
-            ).status.conditions
-            or []
-        ),
-        30,
-    )
+    wait_established(api, "queues.scheduling.gpuledger.io")
     core = client.CoreV1Api(api)
     return Cluster(
         api,

@@ -48,3 +48,23 @@ def test_build_paths_and_images_exist() -> None:
 def test_services_cover_the_live_path() -> None:
     commands = {str(s["command"][0]) for s in services().values() if "command" in s}  # type: ignore[index]
     assert {"scheduler", "clock", "project"} <= commands
+
+
+def test_binder_shares_the_ledger_and_intake_it_follows() -> None:
+    """The binder follows the ledger directory the embedded scheduler appends to and writes
+    to the intake directory that scheduler follows, on one shared volume."""
+    svc = services()
+
+    def arg(name: str, flag: str) -> str:
+        command = [str(c) for c in svc[name]["command"]]  # type: ignore[attr-defined]
+        return command[command.index(flag) + 1]
+
+    assert svc["binder"]["command"][:2] == ["kube", "bind"]  # type: ignore[index]
+    assert arg("binder", "--ledger") == arg("kube-scheduler", "--ledger")
+    assert (
+        arg("binder", "--intake") == arg("kube-scheduler", "--intake") == arg("ingest", "--intake")
+    )
+    for name in ("binder", "kube-scheduler", "ingest"):
+        mounts = {str(v).split(":")[0]: str(v).split(":")[1] for v in svc[name]["volumes"]}  # type: ignore[attr-defined]
+        assert mounts["kube-log"] == "/log"
+        assert arg(name, "--intake").startswith("/log/")

@@ -16,7 +16,15 @@ from events.codec import decode_event
 from events.filelog import LedgerDirReader
 from projections.projector import project
 from replay.verify import run as replay_run
-from tests.kubeharness import Cluster, gpuledger, make_cluster, wait_until
+from tests.kubeharness import (
+    ROOT,
+    Cluster,
+    apply_manifest,
+    gpuledger,
+    make_cluster,
+    wait_established,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -133,6 +141,154 @@ def test_reclaim_evicts_through_eviction_api_with_events(cluster: Cluster, tmp_p
     assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
 
 
+def test_gangs_from_jobset_and_pytorchjob_owners(cluster: Cluster, tmp_path: Path) -> None:
+    """One gang per JobSet / PyTorchJob, sized from the owner's spec, bound all-or-nothing;
+    pods naming a PyTorchJob that does not exist fall back to the label rules (singles)."""
+    for crd, name in (
+        ("jobset-crd.yaml", "jobsets.jobset.x-k8s.io"),
+        ("pytorchjob-crd.yaml", "pytorchjobs.kubeflow.org"),
+    ):
+        apply_manifest(cluster.api, ROOT / "tests/data/kube" / crd)
+        wait_established(cluster.api, name)
+    ns = cluster.namespace("og")
+    for group, version, plural in (
+        ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        ("kubeflow.org", "v1", "pytorchjobs"),
+    ):  # left by an earlier run (no finalizers: gone at once)
+        cluster.custom.delete_collection_namespaced_custom_object(group, version, ns, plural)
+    cluster.nodes("og-gpu", 2, gpus=8)
+    cluster.queue("og-team", [ns], quota=16)
+    jobset = cluster.custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        ns,
+        "jobsets",
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "ft"},
+            "spec": {
+                "replicatedJobs": [
+                    {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
+                    {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2}}},
+                ]
+            },
+        },
+    )
+    bert = cluster.custom.create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        ns,
+        "pytorchjobs",
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "bert"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": {}},
+                    "Worker": {"replicas": 3, "template": {}},
+                }
+            },
+        },
+    )
+    js_pods = ["ft-driver-0-0"] + [f"ft-workers-{j}-{i}" for j in range(2) for i in range(2)]
+    bert_pods = ["bert-master-0"] + [f"bert-worker-{i}" for i in range(3)]
+    with gpuledger(cluster, tmp_path) as procs:
+        for name in js_pods:  # 5 pods × 2 GPUs: one gang of 5 (1×1 + 2×2)
+            rjob = name.split("-")[1]
+            labels = {
+                "jobset.sigs.k8s.io/jobset-name": "ft",
+                "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+            }
+            cluster.pod(ns, name, gpus=2, duration="4s", labels=labels, owner=jobset)
+        for i in range(2):  # no such PyTorchJob: each pod is its own job
+            labels = {"training.kubeflow.org/job-name": "ghost"}
+            cluster.pod(ns, f"ghost-{i}", gpus=1, duration="1s", labels=labels)
+        wait_until(
+            lambda: all(cluster.phases(ns).get(p) == "Running" for p in js_pods), 30, "JobSet"
+        )
+        # 4 pods × 4 GPUs fill both nodes: none may be bound while the JobSet holds 10.
+        for name in bert_pods:
+            replica = "master" if "master" in name else "worker"
+            labels = {
+                "training.kubeflow.org/job-name": "bert",
+                "training.kubeflow.org/replica-type": replica,
+            }
+            cluster.pod(ns, name, gpus=4, duration="2s", labels=labels, owner=bert)
+
+        def done() -> bool:
+            return all(v == "Succeeded" for v in cluster.phases(ns).values())
+
+        wait_until(done, 60, "every pod to succeed")
+        time.sleep(1.5)  # let PodFinished reach the ledger
+    for name, p in procs.items():
+        assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
+    events = ledger_events(tmp_path / "ledger")
+    submitted = {e.job: e for _, e in events if type(e).__name__ == "JobSubmitted"}
+    assert set(submitted) == {"og/ft", "og/bert", "og/ghost-0", "og/ghost-1"}
+    assert sum(count(events, "JobSubmitted").values()) == 4  # once each
+    ft, bj = submitted["og/ft"], submitted["og/bert"]
+    assert (ft.min_members, sorted(p.name for p in ft.pods)) == (5, sorted(js_pods))
+    assert (bj.min_members, sorted(p.name for p in bj.pods)) == (4, sorted(bert_pods))
+    assert submitted["og/ghost-0"].min_members == 0  # a single pod
+    allocs = collections.defaultdict(list)
+    for offset, e in events:
+        if type(e).__name__ == "PodsAllocated":
+            allocs[e.job].append((offset, len(e.placements)))
+    assert [n for _, n in allocs["og/ft"]] == [5] and [n for _, n in allocs["og/bert"]] == [4]
+    ft_done = max(o for o, e in events if type(e).__name__ == "PodFinished" and e.job == "og/ft")
+    assert allocs["og/bert"][0][0] > ft_done  # all-or-nothing: no bert pod in the 6 free GPUs
+    assert sum(count(events, "PodBound").values()) == 11
+    assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
+
+
+def test_failed_eviction_is_recorded_in_the_ledger(cluster: Cluster, tmp_path: Path) -> None:
+    """A PodDisruptionBudget answers every eviction with 429: after bounded retries the
+    binder records EvictionFailed (the core ignores it) and a Warning Event."""
+    a, b = cluster.namespace("ef-a"), cluster.namespace("ef-b")
+    cluster.nodes("ef-gpu", 1, gpus=8)
+    cluster.queue("ef-team-a", [a], quota=4)
+    cluster.queue("ef-team-b", [b], quota=4)
+    policy = client.PolicyV1Api(cluster.api)
+    policy.create_namespaced_pod_disruption_budget(
+        a,
+        {
+            "metadata": {"name": "hog"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "hog"}}},
+        },
+    )
+    try:
+        with gpuledger(cluster, tmp_path) as procs:
+            cluster.pod(a, "hog", gpus=8, duration=None, labels={"app": "hog"})  # over quota
+            wait_until(lambda: cluster.phases(a).get("hog") == "Running", 30, "the hog")
+            cluster.pod(b, "claim", gpus=4, duration=None)  # reclaims its quota of 4
+
+            def recorded() -> bool:
+                return any(
+                    type(e).__name__ == "EvictionFailed"
+                    for _, e in ledger_events(tmp_path / "ledger")
+                )
+
+            wait_until(recorded, 40, "EvictionFailed in the ledger")
+            warnings = cluster.events(a, "EvictionFailed")
+            time.sleep(0.5)
+    finally:
+        policy.delete_namespaced_pod_disruption_budget("hog", a)
+    for name, p in procs.items():
+        assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
+    events = ledger_events(tmp_path / "ledger")
+    assert [e.job for _, e in events if type(e).__name__ == "JobPreempted"] == ["ef-a/hog"]
+    failed = [e for _, e in events if type(e).__name__ == "EvictionFailed"]
+    assert [(e.job, e.pod, e.node) for e in failed] == [("ef-a/hog", "hog", "ef-gpu-0")]
+    assert "429" in failed[0].reason and "disruption budget" in failed[0].reason
+    assert "gave up after" in failed[0].reason
+    assert not count(events, "PodEvicted")
+    assert warnings and warnings[0]["type"] == "Warning"
+    assert cluster.phases(a)["hog"] == "Running"  # the API kept it: the ledger says so too
+    assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
+
+
 @pytest.mark.parametrize("who", ["binder", "ingestor"])
 def test_service_account_rights_are_least_privilege(cluster_session: Cluster, who: str) -> None:
     from scheduler.kube.client import api_client
@@ -142,7 +298,9 @@ def test_service_account_rights_are_least_privilege(cluster_session: Cluster, wh
         if who == "binder"
         else cluster_session.ingestor_kubeconfig
     )
-    core = client.CoreV1Api(api_client(str(kcfg)))
+    api = api_client(str(kcfg))
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
     cluster_session.nodes(f"rbac-{who}", 1)
     try:
         with pytest.raises(ApiException) as exc:
@@ -165,9 +323,25 @@ def test_service_account_rights_are_least_privilege(cluster_session: Cluster, wh
                     {"metadata": {"name": "x"}, "target": {"kind": "Node", "name": "n"}},
                 )
             assert exc.value.status == 403
+            # It may get a JobSet or PyTorchJob (gang sizes), never list, change or delete one.
+            for group, version, plural in (
+                ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+                ("kubeflow.org", "v1", "pytorchjobs"),
+            ):
+                with pytest.raises(ApiException) as exc:
+                    custom.list_namespaced_custom_object(group, version, "default", plural)
+                assert exc.value.status == 403, plural
+                with pytest.raises(ApiException) as exc:
+                    custom.delete_namespaced_custom_object(group, version, "default", plural, "x")
+                assert exc.value.status == 403, plural
         else:  # binds, never lists
             with pytest.raises(ApiException) as exc:
                 core.list_pod_for_all_namespaces()
+            assert exc.value.status == 403
+            with pytest.raises(ApiException) as exc:
+                custom.get_namespaced_custom_object(
+                    "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "x"
+                )
             assert exc.value.status == 403
     finally:
         cluster_session.core.delete_node(f"rbac-{who}-0")

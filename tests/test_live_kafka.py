@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import msgspec
 import pytest
 
 from events.codec import Envelope, decode_envelope, encode_envelope, wrap
+from events.filelog import open_reader
 from events.kafkalog import (
     KafkaReader,
     KafkaSettings,
@@ -42,7 +45,7 @@ from events.model import (
 from projections.projector import project
 from replay.verify import run as replay
 from scheduler.live_cli import read_dead_letters, send_events, send_intake
-from scheduler.service import FENCED_EXIT
+from scheduler.service import FENCED_EXIT, WRITER
 from tests.kafkakit import kafka, settings
 
 __all__ = ["kafka", "settings"]
@@ -359,41 +362,157 @@ def test_sigkill_at_random_moments_exactly_once(
     assert_exactly_once_and_replays(s)
 
 
-def test_failover_to_standby_and_zombie_is_fenced(
+def writers(s: KafkaSettings) -> list[tuple[int, int]]:
+    """``(offset, pid)`` of the last record of every committed ledger transaction."""
+    return [
+        (off, int(h[WRITER].decode().rsplit("/", 1)[1]))
+        for off, _, h in read_all(s, s.ledger)
+        if WRITER in h
+    ]
+
+
+def verify_ledger_url(s: KafkaSettings) -> None:
+    """Replay the ledger topic through the reader port, as ``gpuledger replay`` does."""
+    reader = open_reader(f"kafka://{s.bootstrap}/{s.prefix}")
+    try:
+        result = replay(reader)
+    finally:
+        reader.close()  # type: ignore[attr-defined]  # KafkaReader; the port has no close
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    assert result.mismatch is None
+    assert result.inputs == len(read_all(s, s.intake))
+
+
+def owner_of_two(
+    s: KafkaSettings, services: list[Service], tmp_path: Path
+) -> tuple[Service, Service]:
+    """Start two instances in one group; return (active, standby) as the ledger shows."""
+    first = start(services, s, tmp_path)
+    second = start(services, s, tmp_path)
+    time.sleep(2)  # both join; the group gives the domain to one of them
+    send_events(s, "default", [job("probe")])
+    wait_for(lambda: caught_up(s) and bool(writers(s)), 30, "an owner")
+    pid = writers(s)[-1][1]
+    active = first if first.proc.pid == pid else second
+    assert active.proc.pid == pid
+    return active, (second if active is first else first)
+
+
+def test_failover_to_standby_when_the_active_dies(
     settings: KafkaSettings, services: list[Service], tmp_path: Path
 ) -> None:
     s = settings
     cluster(s)
-    active = start(services, s, tmp_path)
-    wait_for(lambda: caught_up(s) and bool(read_all(s, s.ledger)), 30, "the first owner")
-    standby = start(services, s, tmp_path)
-    time.sleep(2)  # the standby joins the group and is given nothing
-    send_events(s, "default", [job("before")])
-    wait_for(lambda: caught_up(s), 30, "the active instance")
-    # Pause the active one mid-stream: it may hold a fetched batch it has not committed.
-    active.kill(signal.SIGSTOP)
-    send_events(s, "default", [job(f"during-{i}") for i in range(5)])
+    active, standby = owner_of_two(s, services, tmp_path)
+    active.kill(signal.SIGKILL)
+    active.proc.wait(10)
+    send_events(s, "default", [job(f"after-{i}") for i in range(5)])
     wait_for(lambda: caught_up(s), 30, "the standby to take over")
+    assert writers(s)[-1][1] == standby.proc.pid
     allocated = {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"}
-    assert {f"during-{i}" for i in range(5)} <= allocated
-    # The zombie wakes up: its transactional id was taken over, it must not append.
-    before = len(read_all(s, s.ledger))
-    active.kill(signal.SIGCONT)
-    time.sleep(3)
-    code = active.proc.poll()
-    assert code in (None, FENCED_EXIT)
-    send_events(s, "default", [job("after")])
-    wait_for(lambda: caught_up(s), 30, "the new owner")
-    assert len(read_all(s, s.ledger)) > before
-    assert standby.proc.poll() is None
+    assert {f"after-{i}" for i in range(5)} <= allocated
     assert_exactly_once_and_replays(s)
-    # Now the standby (the owner) dies: whoever is left takes over again, or a new one.
-    standby.kill(signal.SIGKILL)
-    if active.proc.poll() is not None:
-        start(services, s, tmp_path)
-    send_events(s, "default", [job("last")])
-    wait_for(lambda: caught_up(s), 30, "the next owner")
+
+
+@pytest.mark.parametrize("paused", ["under_load", "idle"])
+def test_paused_zombie_is_fenced(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path, paused: str
+) -> None:
+    """SIGSTOP the active instance; the standby takes over and commits; on SIGCONT the
+    zombie must find itself fenced and exit 3 without appending anything.
+
+    ``under_load``: paused with intake flowing, so it usually wakes up holding a batch and
+    its commit is refused. ``idle``: paused with nothing to do, so it usually learns of the
+    fence from the ownership check when the group revokes the domain. Both must end the
+    same way; the log says which path it took."""
+    s = settings
+    cluster(s)
+    zombie, successor = owner_of_two(s, services, tmp_path)
+    stop = threading.Event()
+    sent: list[int] = []
+    loader = threading.Thread(target=_load, args=(s, stop, sent), daemon=True)
+    if paused == "under_load":
+        loader.start()
+    try:
+        if paused == "under_load":
+            wait_for(lambda: sum(sent) > 100, 10, "load")
+        zombie.kill(signal.SIGSTOP)
+        if paused == "idle":
+            time.sleep(2)  # longer than a fetch's wait: no records reach its socket
+            loader.start()
+        paused_at = time.monotonic()
+        # The successor takes over (session timeout 1.5 s) and commits new transactions.
+        wait_for(
+            lambda: sum(pid == successor.proc.pid for _, pid in writers(s)) >= 3,
+            30,
+            "the successor to commit ledger records",
+        )
+        takeover_s = time.monotonic() - paused_at
+        zombie.kill(signal.SIGCONT)
+        # Deterministic: whether its next batch or the group's revocation reaches it first,
+        # the broker refuses its transactional id and it exits with the fenced status.
+        assert zombie.proc.wait(30) == FENCED_EXIT
+        time.sleep(1)  # load continues across the zombie's exit and the group's rebalance
+    finally:
+        stop.set()
+        if loader.is_alive():
+            loader.join(10)
+    assert "fenced by a newer owner" in zombie.log.read_text()
+    wait_for(lambda: caught_up(s), 30, "the successor to take in all of intake")
+    assert successor.proc.poll() is None
+    # Nothing the zombie wrote became visible after the successor's first transaction.
+    history = writers(s)
+    first = next(i for i, (_, pid) in enumerate(history) if pid == successor.proc.pid)
+    assert {pid for _, pid in history[first:]} == {successor.proc.pid}
+    assert {pid for _, pid in history[:first]} == {zombie.proc.pid}
+    assert takeover_s < 20
     assert_exactly_once_and_replays(s)
+    verify_ledger_url(s)
+
+
+def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_path: Path) -> None:
+    s = settings
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start(services, s, tmp_path, "--metrics-port", str(port))
+    cluster(s, nodes=2)  # 16 GPUs; train and dev deserve 16 each
+    send_events(s, "default", [job(f"m{i}", gpus=1000, pods=4) for i in range(6)])
+    send_events(s, "default", [job(f"d{i}", queue="dev", pods=2) for i in range(2)])
+    wait_for(lambda: caught_up(s), 30, "the scheduler")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            body: str = r.read().decode()
+            return body
+
+    wait_for(lambda: "gpuledger_queue_fair_share_gpus" in scrape(), 10, "metrics")
+    samples: dict[str, float] = {}
+    for line in scrape().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    d = 'domain="default"'
+
+    def has(prefix: str) -> list[float]:
+        return [v for k, v in samples.items() if k.startswith(prefix)]
+
+    assert samples[f"gpuledger_cycle_seconds_count{{{d}}}"] >= 1
+    assert has(f'gpuledger_cycle_seconds_bucket{{{d},le="+Inf"}}')
+    assert samples[f'gpuledger_decisions_total{{{d},type="pods_allocated"}}'] >= 1
+    assert samples[f'gpuledger_decisions_total{{{d},type="cycle_completed"}}'] >= 1
+    assert samples[f"gpuledger_intake_lag{{{d}}}"] == 0
+    assert f'gpuledger_pending_jobs{{{d},queue="train"}}' in samples
+    assert samples[f'gpuledger_pending_jobs{{{d},queue="dev"}}'] == 0
+    # 16 GPUs, both queues want them: train (24 wanted) and dev (4) share by deserved.
+    train = samples[f'gpuledger_queue_fair_share_gpus{{{d},queue="train"}}']
+    dev = samples[f'gpuledger_queue_fair_share_gpus{{{d},queue="dev"}}']
+    assert dev == 4 and train == 12
+    assert samples[f'gpuledger_allocated_gpus{{{d},queue="dev"}}'] == 4
+    assert samples[f"gpuledger_allocated_gpus_total{{{d}}}"] == 16
+    assert samples[f'gpuledger_time_to_ready_seconds_count{{{d},queue="train"}}'] >= 1
+    assert has(f'gpuledger_time_to_ready_seconds_bucket{{{d},queue="dev"')
 
 
 def test_snapshot_plus_tail_equals_full_replay(

@@ -4,7 +4,9 @@ It follows the ledger and, per scheduling cycle (the records up to a ``CycleComp
 
 * ``JobPreempted`` → a ``Preempted`` Event on each victim pod naming the preemptor job, its
   queue and the rule, a ``Preempting`` Event on the preemptor's first pod, then the Eviction
-  API for each victim pod → ``PodEvicted`` (a pod already gone counts as evicted);
+  API for each victim pod → ``PodEvicted`` (a pod already gone counts as evicted), or
+  ``EvictionFailed`` with the reason and an ``EvictionFailed`` Warning Event when the API
+  keeps refusing (a PodDisruptionBudget's 429s outlast the retries) or refuses outright;
 * ``PodsAllocated`` → annotate the pod with its GPU slots and job, then ``pods/binding`` →
   ``PodBound`` and a ``Scheduled`` Event, or ``BindFailed`` with the reason;
 * ``JobUnschedulable`` → an ``Unschedulable`` Warning Event with the reason.
@@ -40,6 +42,7 @@ from events.model import (
     BindFailed,
     CycleCompleted,
     Event,
+    EvictionFailed,
     JobPreempted,
     JobSubmitted,
     JobUnschedulable,
@@ -50,7 +53,7 @@ from events.model import (
 )
 from scheduler.embedded import open_source, read_json, wall_ms, write_json_atomic
 from scheduler.kube import mapping as m
-from scheduler.kube.client import emit_event, is_transient, raw
+from scheduler.kube.client import emit_event, error_text, is_transient, raw
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,7 @@ class Binder:
         self.bound = 0
         self.failed = 0
         self.evicted = 0
+        self.evict_failed = 0
 
     def close(self) -> None:
         """Release the intake writer lock and the worker threads."""
@@ -113,7 +117,7 @@ class Binder:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                last = f"{type(exc).__name__}: {getattr(exc, 'status', '')} {exc}".strip()
+                last = error_text(exc)
                 log.warning("%s: transient error (attempt %d): %s", what, attempt + 1, last)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -186,8 +190,9 @@ class Binder:
             return failed(f"api error {exc.status}: {exc.reason}")
         return failed(result) if isinstance(result, str) else result
 
-    def evict(self, job: str, pod: str, node: str) -> Event | None:
-        """Evict one pod through the Eviction API; PodEvicted (also when already gone)."""
+    def evict(self, job: str, pod: str, node: str) -> Event:
+        """Evict one pod through the Eviction API; PodEvicted (also when already gone) or
+        EvictionFailed."""
         ns, _ = split_job(job)
         body: Any = {
             "apiVersion": "policy/v1",
@@ -206,10 +211,10 @@ class Binder:
         try:
             result = self._retry(f"evict {ns}/{pod}", attempt)
         except ApiException as exc:
-            result = f"api error {exc.status}: {exc.reason}"
+            result = f"api error {error_text(exc)}"
         if isinstance(result, str):
-            # There is no "eviction failed" event: the pod keeps running, the ledger says
-            # preempted; a person is told through a Warning Event and the log.
+            # The pod keeps running while the ledger says preempted: recorded in the ledger
+            # (the core ignores it) and told to people through a Warning Event and the log.
             log.error("evict %s/%s failed: %s", ns, pod, result)
             emit_event(
                 self.core,
@@ -219,7 +224,7 @@ class Binder:
                 component=COMPONENT,
                 warning=True,
             )
-            return None
+            return EvictionFailed(job=job, pod=pod, node=node, reason=result)
         return result
 
     # ------------------------------------------------------------------ decisions
@@ -262,9 +267,11 @@ class Binder:
                         )
                     for pod in d.pods:
                         out = self.evict(d.job, pod, nodes.get((d.job, pod), ""))
-                        if out is not None:
-                            outcomes.append(out)
+                        outcomes.append(out)
+                        if isinstance(out, PodEvicted):
                             self.evicted += 1
+                        else:
+                            self.evict_failed += 1
                 case JobUnschedulable():
                     ns, _ = split_job(d.job)
                     for pod in self._pods_of(d.job)[:16]:

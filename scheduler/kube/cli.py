@@ -38,7 +38,10 @@ def _bind(args: argparse.Namespace) -> int:
         binder.run(stop.is_set)
     finally:
         binder.close()
-    print(f"bound {binder.bound}, failed {binder.failed}, evicted {binder.evicted}")
+    print(
+        f"bound {binder.bound}, failed {binder.failed}, evicted {binder.evicted}, "
+        f"eviction failed {binder.evict_failed}"
+    )
     return 0
 
 

@@ -56,6 +56,19 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_ERRORS)
 
 
+def error_text(exc: BaseException) -> str:
+    """A short description of an API error: status, reason and the Status message."""
+    if isinstance(exc, ApiException):
+        message = ""
+        try:
+            body = json.loads(exc.body or "{}")
+            message = str(body.get("message", "")) if isinstance(body, dict) else ""
+        except (TypeError, ValueError):
+            pass
+        return f"ApiException {exc.status} {exc.reason}" + (f": {message}" if message else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
 def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     """Call a client method and return its JSON body as a dict."""
     resp = call(*args, _preload_content=False, **kwargs)

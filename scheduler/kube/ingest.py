@@ -6,9 +6,10 @@ resources, and appends to its own intake ledger ``INTAKE/ingest/``:
 * ``NodeRegistered`` / ``NodeCordoned`` / ``NodeRemoved`` when a node's capacity, labels,
   taints or cordon change (heartbeats that change nothing record nothing);
 * ``QueueConfigured`` / ``QueueRemoved`` for ``Queue`` objects;
-* ``JobSubmitted`` once a job's pods are all there: a gang (pod-group label, or an owner
-  Job) is submitted when ``min-member`` pods of it have been seen, with the pods seen by
-  then (members created after that are not scheduled: re-create the group to grow it);
+* ``JobSubmitted`` once a job's pods are all there: a gang (pod-group label, or an owner:
+  a JobSet, a PyTorchJob or a batch Job, see ``mapping.gang_owner``) is submitted when
+  ``min-member`` pods of it have been seen, with the pods seen by then (members created
+  after that are not scheduled: re-create the group to grow it);
 * ``JobRejected`` instead, with a Warning Event on the pods, when the pods' namespace is
   not bound to the queue they name (tenancy admission);
 * ``PodStarted`` / ``PodFinished`` from pod phase changes;
@@ -126,7 +127,7 @@ class Ingestor:
         self.gangs: dict[str, dict[str, Obj]] = gangs
         self.bindings: dict[str, tuple[str, ...]] = {}
         self.parents: set[str] = set()
-        self._parallelism: dict[tuple[str, str], int | None] = {}
+        self._owner_sizes: dict[tuple[str, m.Owner], int | None] = {}
         self._out: list[Event] = []
         self._inbox: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self._halt = threading.Event()
@@ -212,20 +213,49 @@ class Ingestor:
 
     # ------------------------------------------------------------------ pods
 
+    def _read_owner(self, ns: str, owner: m.Owner) -> Obj:
+        if owner.kind == "Job":
+            return raw(self.batch.read_namespaced_job, owner.name, ns)
+        group, version, plural = (
+            (m.JOBSET_GROUP, m.JOBSET_VERSION, m.JOBSET_PLURAL)
+            if owner.kind == "JobSet"
+            else (m.PYTORCHJOB_GROUP, m.PYTORCHJOB_VERSION, m.PYTORCHJOB_PLURAL)
+        )
+        return raw(self.custom.get_namespaced_custom_object, group, version, ns, plural, owner.name)
+
+    def _owner_size(self, ns: str, owner: m.Owner) -> int | None:
+        """The gang size an owner object defines, read once (None: absent or unreadable).
+
+        404 (the CRD is not installed, or the object is gone) and 403 (not allowed) mean the
+        owner does not define the gang, and are remembered. Transient errors are retried a
+        few times; if they persist the owner is passed over for this pod only.
+        """
+        key = (ns, owner)
+        if key in self._owner_sizes:
+            return self._owner_sizes[key]
+        for attempt in range(3):
+            try:
+                size = m.owner_members(owner, self._read_owner(ns, owner))
+                break
+            except ApiException as exc:
+                if exc.status in (403, 404):
+                    size = None
+                    break
+                if not is_transient(exc) or attempt == 2:
+                    log.warning("reading %s %s/%s: %s", owner.kind, ns, owner.name, exc.reason)
+                    return None
+            except Exception as exc:
+                if not is_transient(exc) or attempt == 2:
+                    log.warning("reading %s %s/%s: %s", owner.kind, ns, owner.name, exc)
+                    return None
+            time.sleep(0.2 * (attempt + 1))
+        self._owner_sizes[key] = size
+        return size
+
     def _identity(self, pod: Obj) -> m.PodIdentity:
-        owner = m.owner_job(pod)
-        parallelism = None
-        if owner and m.POD_GROUP_LABEL not in (pod["metadata"].get("labels") or {}):
-            ns = pod["metadata"].get("namespace", "default")
-            key = (ns, owner)
-            if key not in self._parallelism:
-                try:
-                    job = raw(self.batch.read_namespaced_job, owner, ns)
-                    self._parallelism[key] = (job.get("spec") or {}).get("parallelism")
-                except ApiException:
-                    self._parallelism[key] = None
-            parallelism = self._parallelism[key]
-        return m.pod_identity(pod, parallelism)
+        ns = pod["metadata"].get("namespace", "default")
+        owner, size = m.gang_owner(pod, lambda o: self._owner_size(ns, o))
+        return m.pod_identity(pod, size, owner=owner)
 
     def on_pod(self, etype: str, pod: Obj) -> None:
         """A gpuledger pod was added, changed or deleted."""

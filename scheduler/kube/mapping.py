@@ -9,6 +9,7 @@ code serves watch events and tests.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -40,6 +41,17 @@ JOB_ANNOTATION = f"{DOMAIN}/job"
 QUEUE_GROUP = "scheduling.gpuledger.io"
 QUEUE_VERSION = "v1alpha1"
 QUEUE_PLURAL = "queues"
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_PLURAL = "jobsets"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+PYTORCHJOB_GROUP = "kubeflow.org"
+PYTORCHJOB_VERSION = "v1"
+PYTORCHJOB_PLURAL = "pytorchjobs"
+PYTORCHJOB_NAME_LABEL = "training.kubeflow.org/job-name"
+PYTORCHJOB_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 
 Obj = dict[str, Any]
 
@@ -161,22 +173,125 @@ def owner_job(pod: Obj) -> str | None:
     return None
 
 
-def pod_identity(pod: Obj, owner_parallelism: int | None = None) -> PodIdentity:
-    """The job a pod belongs to: its pod-group label, else its owner Job, else itself.
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A workload object that may define a pod's gang: ``JobSet``, ``PyTorchJob`` or ``Job``."""
 
-    ``min_members`` comes from the min-member annotation, else the owner Job's parallelism
-    (``owner_parallelism``, looked up by the caller), else 1.
+    kind: str
+    name: str
+
+
+def pod_owners(pod: Obj) -> list[Owner]:
+    """The workloads a pod belongs to, the one defining the largest gang first.
+
+    A JobSet's pods carry its name in a label (they are owned by one batch Job per replicated
+    job, which comes next); a PyTorchJob's pods carry its name in a label and own it
+    directly; a plain Job owns its pods.
+    """
+    labels = _labels(pod)
+    owners: list[Owner] = []
+    if labels.get(JOBSET_NAME_LABEL):
+        owners.append(Owner("JobSet", labels[JOBSET_NAME_LABEL]))
+    pytorch = labels.get(PYTORCHJOB_NAME_LABEL) or ""
+    for ref in _meta(pod).get("ownerReferences") or []:
+        api_version = str(ref.get("apiVersion", ""))
+        if ref.get("kind") == "PyTorchJob" and api_version.startswith(f"{PYTORCHJOB_GROUP}/"):
+            pytorch = pytorch or str(ref["name"])
+    if pytorch:
+        owners.append(Owner("PyTorchJob", pytorch))
+    job = owner_job(pod)
+    if job:
+        owners.append(Owner("Job", job))
+    return owners
+
+
+def _count(value: object, default: int = 1) -> int:
+    return default if value is None else max(int(str(value)), 0)
+
+
+def job_members(job: Obj) -> int | None:
+    """Pods a batch/v1 Job runs at once: ``parallelism`` (None when unset)."""
+    value = (job.get("spec") or {}).get("parallelism")
+    return None if value is None else _count(value)
+
+
+def jobset_members(jobset: Obj) -> int:
+    """A JobSet's gang size: the sum over ``replicatedJobs`` of ``replicas`` × pods per Job.
+
+    Pods per Job are its ``parallelism`` (default 1), capped by ``completions`` when set.
+    """
+    total = 0
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        job_spec = ((rj.get("template") or {}).get("spec")) or {}
+        per_job = _count(job_spec.get("parallelism"))
+        if job_spec.get("completions") is not None:
+            per_job = min(per_job, _count(job_spec["completions"]))
+        total += _count(rj.get("replicas")) * per_job
+    return total
+
+
+def pytorchjob_members(job: Obj) -> int:
+    """A PyTorchJob's gang size: ``runPolicy.schedulingPolicy.minAvailable`` when set, else
+    the ``replicas`` (default 1) of its ``Master`` and ``Worker`` replica specs."""
+    spec = job.get("spec") or {}
+    policy = (spec.get("runPolicy") or {}).get("schedulingPolicy") or {}
+    if policy.get("minAvailable") is not None:
+        return _count(policy["minAvailable"])
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    return sum(
+        _count((replicas[t] or {}).get("replicas")) for t in ("Master", "Worker") if t in replicas
+    )
+
+
+def owner_members(owner: Owner, obj: Obj) -> int | None:
+    """The gang size an owner object defines (None: it does not say)."""
+    if owner.kind == "JobSet":
+        return jobset_members(obj) or None
+    if owner.kind == "PyTorchJob":
+        return pytorchjob_members(obj) or None
+    return job_members(obj)
+
+
+def gang_owner(pod: Obj, members: Callable[[Owner], int | None]) -> tuple[Owner | None, int | None]:
+    """The owner defining the pod's gang, and its size, given a lookup of owner sizes.
+
+    The first of ``pod_owners`` whose size ``members`` can tell wins. A JobSet or
+    PyTorchJob that cannot be read (its CRD is not installed, the object is gone) is passed
+    over, so the pod falls back to its batch Job (group by Job name, size from
+    ``parallelism`` when known) or, without one, to the label and annotation rules.
+    A pod-group label overrides every owner: None is returned without a lookup.
+    """
+    if _labels(pod).get(POD_GROUP_LABEL):
+        return None, None
+    for owner in pod_owners(pod):
+        size = members(owner)
+        if size is not None or owner.kind == "Job":
+            return owner, size
+    return None, None
+
+
+def pod_identity(
+    pod: Obj, owner_size: int | None = None, *, owner: Owner | None = None
+) -> PodIdentity:
+    """The job a pod belongs to: its pod-group label, else its owner, else itself.
+
+    ``owner`` is the workload defining the gang (see ``gang_owner``; by default the batch
+    Job owning the pod). ``min_members`` comes from the min-member annotation, else the
+    owner's size (``owner_size``, looked up by the caller), else 1.
     """
     meta = _meta(pod)
     ns, name = meta.get("namespace") or "default", meta["name"]
     labels, ann = _labels(pod), _annotations(pod)
-    group = labels.get(POD_GROUP_LABEL) or owner_job(pod)
+    if owner is None:
+        job = owner_job(pod)
+        owner = Owner("Job", job) if job else None
+    group = labels.get(POD_GROUP_LABEL) or (owner.name if owner else "")
     if not group:
         return PodIdentity(ns, f"{ns}/{name}", name, 1)
     if MIN_MEMBER_ANNOTATION in ann:
         minimum = int(ann[MIN_MEMBER_ANNOTATION])
-    elif owner_parallelism is not None and POD_GROUP_LABEL not in labels:
-        minimum = owner_parallelism
+    elif owner_size is not None and POD_GROUP_LABEL not in labels:
+        minimum = owner_size
     else:
         minimum = 1
     return PodIdentity(ns, f"{ns}/{group}", name, max(minimum, 1))
