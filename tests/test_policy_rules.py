@@ -239,7 +239,7 @@ def test_a_long_non_preemptible_job_may_not_delay_the_reservation() -> None:
 
 def test_a_preemptible_backfilled_job_gives_way_when_the_reservation_starts() -> None:
     w = backfill_world()
-    got = w.at(10, job("filler", "small", gpus=8))  # preemptible, no known runtime
+    got = w.at(10, job("filler", "big", gpus=8))  # behind the gang, preemptible, no runtime
     assert allocated(got) == {"filler": {"filler-0": "n2"}}
     assert w.state.jobs["filler"].backfill_for == "gang"
     w.start(11, "filler")

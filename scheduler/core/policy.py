@@ -274,7 +274,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
         ]
         if not candidates:
             return
-        queue = min(candidates, key=lambda q: _queue_order(q, shares))
+        queue = min(candidates, key=lambda q: _queue_order(q, shares, state.jobs))
         index = cursor.get(queue.name, 0)
         job = state.jobs[queue.pending[index][2]]
         if job.backoff_until > state.now:
@@ -315,13 +315,19 @@ def _gang_policy(state: State, emit: Emit) -> None:
             )
 
 
-def _queue_order(queue: Queue, shares: Shares) -> tuple[int, int, int, int, int, str]:
-    """KAI's queue order: below deserved, below fair share, priority, dominant share, age."""
+def _queue_order(
+    queue: Queue, shares: Shares, jobs: dict[str, Job]
+) -> tuple[int, int, int, int, int, str]:
+    """KAI's queue order: head within deserved, within fair share, priority, dominant
+    share, age. Judging by the head job's request (not the queue's allocation alone)
+    keeps a queue from borrowing beyond its quota in a cycle where another queue, still
+    within its own, would then have to reclaim it back."""
     allocated = queue.allocated
     deserved = shares.deserved[queue.name]
     fair = shares.fair[queue.name]
-    below_deserved = 0 if allocated[0] < deserved[0] else 1
-    below_fair = 0 if allocated[0] < fair[0] else 1
+    need = jobs[queue.pending[0][2]].request[0] if queue.pending else 0
+    below_deserved = 0 if allocated[0] + need <= deserved[0] else 1
+    below_fair = 0 if allocated[0] + need <= fair[0] else 1
     dominant = 0
     for index in range(3):
         if allocated[index]:
@@ -659,7 +665,10 @@ def _victim_order(state: State) -> Callable[[Job], tuple[int, int, int, str]]:
 
 
 def _protected(state: State, victim: Job, rule: str) -> bool:
-    """Min-runtime protection: a victim that started too recently keeps running."""
+    """Min-runtime protection: a victim that started too recently keeps running; and a job
+    placed in this very cycle is never a victim in it (that would only be churn)."""
+    if victim.allocated_at == state.now and victim.started_at is None:
+        return True
     queue = state.queues.get(victim.queue)
     if queue is None:
         return False
