@@ -411,3 +411,13 @@ def test_fair_share_golden_limits_weights_and_priorities_by_hand() -> None:
     shares = fair_shares(w.state)
     fair = {q: shares.fair[q][0] for q in ("prod", "dev", "research", "r1", "r2")}
     assert fair == {"prod": 12_000, "dev": 11_000, "research": 9000, "r1": 3000, "r2": 6000}
+
+
+def test_a_queue_within_its_quota_goes_before_one_that_would_borrow() -> None:
+    """Regression (found by the property test): q0 borrowed 4 GPUs and lost them to q1's
+    quota reclaim in the same cycle. Now q1, within its quota, goes first."""
+    w = World(node("a", gpus=2), node("b", gpus=2), queue("q0", deserved=1, weight=0),
+              queue("q1", deserved=1, weight=0))  # fmt: skip
+    got = w.at(1, job("gang", "q0", pods=4, gpus=1), job("svc", "q1", gpus=1, cls="build"))
+    assert list(allocated(got)) == ["svc"]
+    assert preempted(got) == []
