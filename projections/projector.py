@@ -69,7 +69,7 @@ from projections.history import (
     ShareFold,
     state_format,
 )
-from projections.views import VIEW_DDL, VIEW_NAMES
+from projections.views import JOB_AGGREGATES, VIEW_DDL, VIEW_NAMES
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -106,30 +106,9 @@ class SchemaError(RuntimeError):
 
 # --------------------------------------------------------------------------- schema
 
-# The percentile aggregates are shared by the per-queue and the overall view so the two
-# can never disagree on what a column means. Sums are taken over the exact integer columns
-# so that the result does not depend on DuckDB's (parallel, unordered) summation order.
-_AGGREGATES = """
-    count(*) AS jobs,
-    count(time_to_ready_s) AS ready,
-    count(completion_s) AS finished,
-    count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-    count(*) FILTER (WHERE status = 'failed') AS failed,
-    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-    count(*) FILTER (WHERE status = 'unschedulable') AS unschedulable,
-    count(*) FILTER (WHERE status IN ('pending', 'allocated', 'running')) AS active,
-    quantile_cont(time_to_ready_s, 0.50) AS p50_ttr_s,
-    quantile_cont(time_to_ready_s, 0.90) AS p90_ttr_s,
-    quantile_cont(time_to_ready_s, 0.95) AS p95_ttr_s,
-    quantile_cont(time_to_ready_s, 0.99) AS p99_ttr_s,
-    quantile_cont(completion_s, 0.50) AS p50_completion_s,
-    quantile_cont(completion_s, 0.90) AS p90_completion_s,
-    quantile_cont(completion_s, 0.95) AS p95_completion_s,
-    quantile_cont(completion_s, 0.99) AS p99_completion_s,
-    CAST(coalesce(sum(preemptions), 0) AS BIGINT) AS preemptions,
-    coalesce(sum(lost_gpu_ms), 0) / 3600000 AS lost_gpu_hours,
-    coalesce(sum(gpu_milli), 0) / 1000 AS gpus_requested
-"""
+# The percentile aggregates are shared by every job view (views.JOB_AGGREGATES) so the
+# per-queue, overall, windowed and tree forms can never disagree on what a column means.
+_AGGREGATES = JOB_AGGREGATES
 
 # Migration N (1-based) is MIGRATIONS[N-1]. Migrations are append-only: a shipped one is
 # never edited, a change is a new migration, so every database converges on one schema.

@@ -42,8 +42,10 @@ SAMPLE_HOLD_MS = 300_000
 """A utilisation sample holds until the device's next sample, at most this long (the
 Prometheus staleness window): a gap in monitoring is not counted as idle or busy."""
 
-# The percentile aggregates of the job views; the same text as migration 1's views so
-# that the windowed and tree forms mean exactly what ``tenant_percentiles`` means.
+# The percentile aggregates of every job view (migration 1's views use this text too), so
+# the windowed and tree forms mean exactly what ``tenant_percentiles`` means. Sums are
+# taken over exact integer columns so the result does not depend on DuckDB's (parallel,
+# unordered) summation order.
 JOB_AGGREGATES = """
     count(*) AS jobs,
     count(time_to_ready_s) AS ready,
