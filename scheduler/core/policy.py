@@ -21,6 +21,7 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -268,6 +269,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
     failed: list[tuple[int, int, bool]] = []
     leaves = [q for q in state.leaf_queues() if q.pending]
     backfill = state.config.backfill
+    running: RunningEnds | None = None
     while True:
         candidates = [
             q for q in leaves if q.name not in done and cursor.get(q.name, 0) < len(q.pending)
@@ -289,6 +291,8 @@ def _gang_policy(state: State, emit: Emit) -> None:
         if queue.name in blocked:
             # Behind the queue's blocked head: only a plain placement into the gap.
             if _try_job(state, queue, job, shares, emit, reservations, failed, head=False):
+                if running is not None:
+                    running.add(state, job)
                 continue
             cursor[queue.name] = index + 1
             misses[queue.name] = misses.get(queue.name, 0) + 1
@@ -296,13 +300,17 @@ def _gang_policy(state: State, emit: Emit) -> None:
                 done[queue.name] = None
             continue
         if _try_job(state, queue, job, shares, emit, reservations, failed, head=True):
+            if running is not None:
+                running.add(state, job)
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
         if not backfill:
             done[queue.name] = None  # first in, first out: the queue waits behind it
             continue
         blocked[queue.name] = None
-        reservation = _reserve(state, job)
+        if running is None:
+            running = RunningEnds.of(state)
+        reservation = _reserve(state, job, running)
         if reservation is not None:
             reservations.append(reservation)
             start = reservation.start
@@ -480,43 +488,66 @@ def _allowed_nodes(state: State, job: Job, reservations: list[Reservation]) -> l
     return [n for n in state.nodes.values() if n.name not in blocked]
 
 
-def _reserve(state: State, job: Job) -> Reservation | None:
+@dataclass(slots=True)
+class RunningEnds:
+    """Expected ends of the running jobs, sorted, built once per cycle for reservations.
+
+    Jobs placed later in the cycle are added as they are placed; jobs evicted are skipped
+    when read (they are no longer active).
+    """
+
+    items: list[tuple[int, int, str]]
+
+    @classmethod
+    def of(cls, state: State) -> RunningEnds:
+        """Every active job with its expected end (NEVER without an expected runtime)."""
+        items = [
+            (_expected_end(state, state.jobs[job_id]), state.jobs[job_id].seq, job_id)
+            for leaf in state.leaf_queues()
+            for job_id in leaf.active
+            if state.jobs[job_id].status in ACTIVE
+        ]
+        items.sort()
+        return cls(items)
+
+    def add(self, state: State, job: Job) -> None:
+        """A job placed during the cycle."""
+        insort(self.items, (_expected_end(state, job), job.seq, job.job))
+
+
+def _expected_end(state: State, job: Job) -> int:
+    if job.expected_runtime_ms is None:
+        return NEVER
+    began = job.started_at if job.started_at is not None else state.now
+    return max(state.now, began + job.expected_runtime_ms - job.checkpointed_ms)
+
+
+def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None:
     """EASY backfill: where and when the job could start as running jobs end.
 
     Running jobs are released in order of expected end (those without an expected runtime
     last, as if never); the first time the gang fits on what is then free is the
-    reservation's start, and the nodes it would get are held.
+    reservation's start, and the nodes it would get are held. Jobs backfilled under this
+    very reservation give way when it starts, so their nodes count as free from the
+    outset, or every backfill would push the reservation later.
     """
-    ends: list[tuple[int, int, str]] = []
-    for leaf in state.leaf_queues():
-        for job_id in leaf.active:
-            other = state.jobs[job_id]
-            if other.status not in ACTIVE:
-                continue
-            if other.expected_runtime_ms is None:
-                end = NEVER
-            else:
-                began = other.started_at if other.started_at is not None else state.now
-                end = max(state.now, began + other.expected_runtime_ms - other.checkpointed_ms)
-            ends.append((end, other.seq, job_id))
-    ends.sort()
     stmt = Statement(state.nodes, index=state.free_index())
     reservation: Reservation | None = None
     need = job.request[0]
     free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
-    # Jobs backfilled under this very reservation give way when it starts: their nodes
-    # count as free, or every backfill would push the reservation later.
-    for _, _, job_id in ends:
-        if state.jobs[job_id].backfill_for == job.job and state.jobs[job_id].preemptible:
-            stmt.evict(state.jobs[job_id])
-            free += _held_gpu(state.jobs[job_id])
-    ends = [
-        e
-        for e in ends
-        if not (state.jobs[e[2]].backfill_for == job.job and state.jobs[e[2]].preemptible)
-    ]
-    for end, _, job_id in ends:
-        other = state.jobs[job_id]
+    jobs = state.jobs
+    later: list[tuple[int, str]] = []
+    for end, _, job_id in running.items:
+        other = jobs[job_id]
+        if other.status not in ACTIVE:
+            continue  # evicted earlier in this cycle
+        if other.backfill_for == job.job and other.preemptible:
+            stmt.evict(other)
+            free += _held_gpu(other)
+        else:
+            later.append((end, job_id))
+    for end, job_id in later:
+        other = jobs[job_id]
         stmt.evict(other)
         free += _held_gpu(other)
         if free < need:
