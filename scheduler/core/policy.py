@@ -21,7 +21,7 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +50,7 @@ from scheduler.core.state import (
     PENDING,
     RUNNING,
     UNLIMITED,
+    FreeIndex,
     Job,
     Node,
     Queue,
@@ -270,13 +271,17 @@ def _gang_policy(state: State, emit: Emit) -> None:
     leaves = [q for q in state.leaf_queues() if q.pending]
     backfill = state.config.backfill
     running: RunningEnds | None = None
+    order: dict[str, tuple[int, int, int, int, int, str]] = {}
     while True:
         candidates = [
             q for q in leaves if q.name not in done and cursor.get(q.name, 0) < len(q.pending)
         ]
         if not candidates:
             return
-        queue = min(candidates, key=lambda q: _queue_order(q, shares, state.jobs))
+        if not order:
+            # Keys change only when allocations change: recomputed after each placement.
+            order = {q.name: _queue_order(q, shares, state.jobs) for q in leaves if q.pending}
+        queue = min(candidates, key=lambda q: order[q.name])
         index = cursor.get(queue.name, 0)
         job = state.jobs[queue.pending[index][2]]
         if job.backoff_until > state.now:
@@ -293,6 +298,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
             if _try_job(state, queue, job, shares, emit, reservations, failed, head=False):
                 if running is not None:
                     running.add(state, job)
+                order = {}
                 continue
             cursor[queue.name] = index + 1
             misses[queue.name] = misses.get(queue.name, 0) + 1
@@ -302,6 +308,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
         if _try_job(state, queue, job, shares, emit, reservations, failed, head=True):
             if running is not None:
                 running.add(state, job)
+            order = {}
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
         if not backfill:
@@ -515,6 +522,15 @@ class RunningEnds:
         insort(self.items, (_expected_end(state, job), job.seq, job.job))
 
 
+def _slots_upper_bound(index: FreeIndex, pod_size: int) -> int:
+    """At most how many pods of ``pod_size`` milli-GPUs fit the free GPUs (a cheap bound:
+    each node counts its free total, ignoring how it is split across devices)."""
+    total = 0
+    for key in index.keys[bisect_left(index.keys, pod_size) :]:
+        total += len(index.buckets[key]) * (key // pod_size)
+    return total
+
+
 def _expected_end(state: State, job: Job) -> int:
     if job.expected_runtime_ms is None:
         return NEVER
@@ -531,27 +547,33 @@ def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None
     very reservation give way when it starts, so their nodes count as free from the
     outset, or every backfill would push the reservation later.
     """
-    stmt = Statement(state.nodes, index=state.free_index())
+    index = state.free_index()
+    stmt = Statement(state.nodes, index=index)
     reservation: Reservation | None = None
     need = job.request[0]
     free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
     jobs = state.jobs
-    later: list[tuple[int, str]] = []
+    given_way: dict[str, None] = {}
+    for leaf in state.leaf_queues():
+        for job_id in leaf.active:
+            other = jobs[job_id]
+            if other.backfill_for == job.job and other.preemptible and other.status in ACTIVE:
+                stmt.evict(other)
+                free += _held_gpu(other)
+                given_way[job_id] = None
+    sizes = {p.gpu_milli for p in job.pods}
+    pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
+    pods = len(job.pods) if not job.min_members else job.min_members
     for end, _, job_id in running.items:
         other = jobs[job_id]
-        if other.status not in ACTIVE:
-            continue  # evicted earlier in this cycle
-        if other.backfill_for == job.job and other.preemptible:
-            stmt.evict(other)
-            free += _held_gpu(other)
-        else:
-            later.append((end, job_id))
-    for end, job_id in later:
-        other = jobs[job_id]
+        if other.status not in ACTIVE or job_id in given_way:
+            continue  # evicted earlier in this cycle, or already counted as free
         stmt.evict(other)
         free += _held_gpu(other)
         if free < need:
             continue  # not enough GPUs free in total yet: no placement can succeed
+        if pod_size >= MILLI and _slots_upper_bound(index, pod_size) < pods:
+            continue  # no node arrangement can hold the gang yet
         placed = stmt.place_gang(job)
         if placed is not None:
             reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
