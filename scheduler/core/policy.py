@@ -774,6 +774,12 @@ def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) ->
     for other in state.leaf_queues():
         if other.name == queue.name or not other.active:
             continue
+        # A leaf neither above its fair share nor above its quota can give nothing: the
+        # leaf-level check below would refuse each of its jobs anyway.
+        over_fair = by_fair_share and other.allocated[0] > shares.fair[other.name][0]
+        over_quota = by_quota and other.allocated[0] > shares.deserved[other.name][0]
+        if not (over_fair or over_quota):
+            continue
         for victim_id in other.active:
             victim = state.jobs[victim_id]
             if (
