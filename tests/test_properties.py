@@ -9,7 +9,7 @@ quota; and the ledger replays with zero mismatches.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from events.codec import decode_event
@@ -179,6 +179,45 @@ def check_invariants(ledger_records: list, gang: bool) -> dict[str, int]:  # typ
     return counts
 
 
+def _borrow_then_reclaim() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """Found by this test: q1 borrowed in a cycle and lost an older job to reclaim in it."""
+
+    def j(
+        name: str, queue: str, at: int, run: int, pods: int, gpus: float, cls: str = "train"
+    ) -> JobSpec:
+        return JobSpec(name=name, queue=queue, at_s=at, runtime_s=run, pods=pods,
+                       gpus_per_pod=gpus, priority_class=cls)  # fmt: skip
+
+    small = [j(f"s{i:02d}", "q0", 0, 10, 1, 0.25) for i in range(12)]
+    return (
+        ClusterFile(
+            nodes=[
+                NodeGroup(name="g0", count=1, gpus=4),
+                NodeGroup(name="g1", count=1, gpus=8),
+                NodeGroup(name="g2", count=1, gpus=4),
+            ]
+        ),
+        QueuesFile(
+            queues=[
+                QueueSpec(name="q0", deserved_gpus=8, over_quota_weight=0),
+                QueueSpec(name="q1", deserved_gpus=1, over_quota_weight=0),
+            ]
+        ),
+        WorkloadFile(
+            jobs=[
+                j("j000", "q1", 1, 10, 2, 4),
+                j("j001", "q0", 0, 1265, 1, 4),
+                j("j002", "q0", 0, 1265, 1, 4),
+                *small,
+                j("j011", "q1", 0, 1277, 1, 0.25),
+                j("j012", "q0", 556, 709, 1, 4),
+                j("j017", "q0", 1267, 10, 1, 4, "build-preemptible"),
+            ]
+        ),
+    )
+
+
+@example(_borrow_then_reclaim(), PolicyFile(backfill=True, stale_gang_eviction=False))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     scenarios(),

@@ -15,7 +15,7 @@ the result is exact and identical on every run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.core.state import UNLIMITED, Queue, State
 
@@ -90,6 +90,9 @@ class Shares:
     fair: dict[str, list[int]]
     deserved: dict[str, list[int]]
     demand: dict[str, list[int]]
+    placed: dict[str, int] = field(default_factory=dict)
+    """GPU milli placed in each queue (and its ancestors) during this cycle: borrowing
+    done in a cycle is not grounds for reclaiming from the same queue in that cycle."""
 
 
 def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Shares:

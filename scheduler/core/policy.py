@@ -298,6 +298,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
             if _try_job(state, queue, job, shares, emit, reservations, failed, head=False):
                 if running is not None:
                     running.add(state, job)
+                _note_placed(state, job, shares)
                 order = {}
                 continue
             cursor[queue.name] = index + 1
@@ -308,6 +309,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
         if _try_job(state, queue, job, shares, emit, reservations, failed, head=True):
             if running is not None:
                 running.add(state, job)
+            _note_placed(state, job, shares)
             order = {}
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
@@ -328,6 +330,12 @@ def _gang_policy(state: State, emit: Emit) -> None:
                 f"smaller jobs backfill the gap",
                 emit,
             )
+
+
+def _note_placed(state: State, job: Job, shares: Shares) -> None:
+    held = _held_gpu(job)
+    for q in state.ancestors(job.queue):
+        shares.placed[q.name] = shares.placed.get(q.name, 0) + held
 
 
 def _queue_order(
@@ -776,8 +784,9 @@ def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) ->
             continue
         # A leaf neither above its fair share nor above its quota can give nothing: the
         # leaf-level check below would refuse each of its jobs anyway.
-        over_fair = by_fair_share and other.allocated[0] > shares.fair[other.name][0]
-        over_quota = by_quota and other.allocated[0] > shares.deserved[other.name][0]
+        held = other.allocated[0] - shares.placed.get(other.name, 0)
+        over_fair = by_fair_share and held > shares.fair[other.name][0]
+        over_quota = by_quota and held > shares.deserved[other.name][0]
         if not (over_fair or over_quota):
             continue
         for victim_id in other.active:
@@ -818,7 +827,7 @@ def _may_take(
     by_quota: bool,
 ) -> bool:
     """May ``mine`` (gaining ``need``) take ``taking`` GPUs from ``theirs``?"""
-    their_alloc = theirs.allocated[0]
+    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
     their_fair = shares.fair[theirs.name][0]
     if by_fair_share and their_alloc > their_fair:
         after_mine = mine.allocated[0] + need
