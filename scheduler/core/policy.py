@@ -572,16 +572,35 @@ def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None
     sizes = {p.gpu_milli for p in job.pods}
     pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
     pods = len(job.pods) if not job.min_members else job.min_members
+    # Releasing a job is only booked per node until a cheap bound says the gang could fit;
+    # only then are the booked jobs evicted in the statement and a placement tried.
+    booked: list[Job] = []
+    extra: dict[str, int] = {}
+    bound = _slots_upper_bound(index, pod_size) if pod_size > 0 else 0
+    nodes = state.nodes
     for end, _, job_id in running.items:
         other = jobs[job_id]
         if other.status not in ACTIVE or job_id in given_way:
             continue  # evicted earlier in this cycle, or already counted as free
-        stmt.evict(other)
-        free += _held_gpu(other)
+        booked.append(other)
+        for placement in other.live():
+            milli = sum(slot.milli for slot in placement.gpus)
+            free += milli
+            if pod_size > 0:
+                base = nodes[placement.node].free_gpu_milli
+                before = extra.get(placement.node, 0)
+                extra[placement.node] = before + milli
+                bound += (base + before + milli) // pod_size - (base + before) // pod_size
         if free < need:
             continue  # not enough GPUs free in total yet: no placement can succeed
-        if pod_size >= MILLI and _slots_upper_bound(index, pod_size) < pods:
+        if pod_size > 0 and bound < pods:
             continue  # no node arrangement can hold the gang yet
+        for booked_job in booked:
+            stmt.evict(booked_job)
+        booked = []
+        extra = {}
+        if pod_size > 0:
+            bound = _slots_upper_bound(index, pod_size)
         placed = stmt.place_gang(job)
         if placed is not None:
             reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
