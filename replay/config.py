@@ -334,6 +334,8 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
     for name, spec in by_name.items():
         if spec.parent and spec.parent not in by_name:
             raise ConfigError(f"queue {name}: parent {spec.parent!r} is not defined")
+    # Every parent exists now, so walking a chain cannot leave the tree (found by fuzzing).
+    for name, spec in by_name.items():
         seen = {name}
         parent = spec.parent
         while parent:
