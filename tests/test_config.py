@@ -76,7 +76,10 @@ def test_queue_tree_is_ordered_parents_first_and_validated() -> None:
         ("queues:\n  - {name: a, parent: b}\n  - {name: b, parent: a}\n", "loops"),
         ("queues:\n  - {name: a, parent: ghost}\n", "parent 'ghost' is not defined"),
         # found by fuzzing: a grandparent missing used to crash the loop check (KeyError)
-        ("queues:\n  - {name: c, parent: b}\n  - {name: b, parent: a}\n", "parent 'a' is not defined"),
+        (
+            "queues:\n  - {name: c, parent: b}\n  - {name: b, parent: a}\n",
+            "parent 'a' is not defined",
+        ),
         ("queues:\n  - {name: a}\n  - {name: a}\n", "duplicate queue name"),
         (
             "queues:\n  - {name: p, deserved_gpus: 4}\n  - {name: c, parent: p, deserved_gpus: 6}\n",
