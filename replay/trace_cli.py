@@ -53,6 +53,13 @@ def register(sub: Any) -> None:
         metavar="FIELD=NAME",
         help="csv: a column of the mapping, e.g. --column submit=submit_time (repeatable)",
     )
+    p.add_argument(
+        "--simulate",
+        metavar="LEDGER",
+        help="then simulate the imported workload straight into this new ledger directory "
+        "(needs --nodes/--cluster-out and --queues-out)",
+    )
+    p.add_argument("--policy", default="gpuledger", help="policy for --simulate")
     p.set_defaults(func=_import)
 
 
@@ -65,6 +72,9 @@ def _import(args: argparse.Namespace) -> int:
 
     if (args.nodes is None) != (args.cluster_out is None):
         raise CliError("--nodes and --cluster-out go together")
+    if args.simulate and not (args.nodes and args.queues_out):
+        raise CliError("--simulate needs the cluster and the queues: give --nodes, --cluster-out "
+                       "and --queues-out")  # fmt: skip
     if args.limit is not None and args.limit < 1:
         raise CliError("--limit must be at least 1")
     if args.time_scale is not None and not args.time_scale > 0:
@@ -94,7 +104,25 @@ def _import(args: argparse.Namespace) -> int:
         gpus = sum(g.count * g.gpus for g in cluster.nodes)
         _say(f"cluster: {nodes:,} nodes in {len(cluster.nodes)} groups, {gpus:,} GPUs")
     _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {elapsed:.2f} s")
+    if args.simulate:
+        return _simulate_imported(args)
     return 0
+
+
+def _simulate_imported(args: argparse.Namespace) -> int:
+    """Straight to a simulation: the same command as ``gpuledger simulate`` on the files."""
+    from scheduler.cli import main  # noqa: PLC0415  # avoid an import cycle at load time
+
+    argv = [
+        "simulate",
+        "--cluster", str(args.cluster_out),
+        "--queues", str(args.queues_out),
+        "--workload", str(args.out),
+        "--policy", args.policy,
+        "--ledger", str(args.simulate),
+        "--no-fairness",
+    ]  # fmt: skip
+    return main(argv)
 
 
 def _with_flags(mapping: Mapping, args: argparse.Namespace) -> Mapping:

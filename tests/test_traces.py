@@ -389,3 +389,20 @@ def test_encoded_files_decode_to_the_same_structs() -> None:
     assert parse(encode(result.workload), WorkloadFile) == result.workload
     assert parse(encode(result.queues), QueuesFile) == result.queues
     assert msgspec.structs.asdict(result.workload)["seed"] == 0
+
+
+@needs_alibaba
+def test_import_straight_into_a_simulation_that_replays(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    code = main(["trace", "import", "--format", "alibaba-openb", str(PODS), "--nodes", str(NODES),
+                 "--out", str(tmp_path / "w.yaml"), "--cluster-out", str(tmp_path / "c.yaml"),
+                 "--queues-out", str(tmp_path / "q.yaml"), "--limit", "300",
+                 "--simulate", str(ledger)])  # fmt: skip
+    assert code == 0
+    assert main(["replay", "--ledger", str(ledger), "--verify"]) == 0
+
+
+def test_simulate_needs_the_cluster_and_queues(tmp_path: Path) -> None:
+    code = main(["trace", "import", "--format", "csv", str(tmp_path / "x.csv"), "--out",
+                 str(tmp_path / "w.yaml"), "--simulate", str(tmp_path / "l")])  # fmt: skip
+    assert code == 2
