@@ -223,7 +223,11 @@ class Statement:
         del self.evicted[keep_evicted:]
 
     def place(
-        self, job: str, pod: PodSpec, candidates: Iterable[Node] | None
+        self,
+        job: str,
+        pod: PodSpec,
+        candidates: Iterable[Node] | None,
+        skip: dict[str, None] | None = None,
     ) -> PodPlacement | None:
         """Put one pod on the best candidate node now, or return None.
 
@@ -234,8 +238,10 @@ class Statement:
         gpu = effective_gpu_milli(pod, self.fractional)
         if candidates is None:
             if self.index is not None and not by_memory and self.score in _ORDERED:
-                return self._place_indexed(job, pod, gpu)
+                return self._place_indexed(job, pod, gpu, skip)
             candidates = self.nodes.values()
+        if skip:
+            candidates = [n for n in candidates if n.name not in skip]
         best: Node | None = None
         best_gpu = 0
         best_score: tuple[int, str] | None = None
@@ -265,15 +271,21 @@ class Statement:
         self.steps.append(_Step(best, job, pod, slots, taken=True))
         return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
 
-    def place_gang(self, job: Job, nodes: list[Node] | None = None) -> list[PodPlacement] | None:
+    def place_gang(
+        self, job: Job, nodes: list[Node] | None = None, skip: dict[str, None] | None = None
+    ) -> list[PodPlacement] | None:
         """Place the gang's required pods all-or-nothing, then any optional ones that fit.
 
-        With a topology key the pods go into one domain (nodes sharing that label's value):
-        domains are tried fullest first; ``topology_required`` fails rather than spread.
+        ``nodes`` limits the candidates (all nodes by default) and ``skip`` names nodes to
+        keep off (a reservation's). With a topology key the pods go into one domain (nodes
+        sharing that label's value): domains are tried fullest first; ``topology_required``
+        fails rather than spread.
         """
         if not job.topology_key:
-            return self._place_all(job, nodes)
+            return self._place_all(job, nodes, skip)
         pool = list(self.nodes.values()) if nodes is None else nodes
+        if skip:
+            pool = [n for n in pool if n.name not in skip]
         domains: dict[str, list[Node]] = {}
         for node in pool:
             value = node.labels.get(job.topology_key)
@@ -281,33 +293,39 @@ class Statement:
                 domains.setdefault(value, []).append(node)
         order = sorted(domains, key=lambda d: (sum(n.free_gpu_milli for n in domains[d]), d))
         for domain in order:
-            placed = self._place_all(job, domains[domain])
+            placed = self._place_all(job, domains[domain], None)
             if placed is not None:
                 return placed
-        return None if job.topology_required else self._place_all(job, pool)
+        return None if job.topology_required else self._place_all(job, pool, None)
 
-    def _place_all(self, job: Job, nodes: list[Node] | None) -> list[PodPlacement] | None:
+    def _place_all(
+        self, job: Job, nodes: list[Node] | None, skip: dict[str, None] | None
+    ) -> list[PodPlacement] | None:
         point = self.checkpoint()
         required, optional = split_gang(job)
         placed: list[PodPlacement] = []
         for pod in required:
-            placement = self.place(job.job, pod, nodes)
+            placement = self.place(job.job, pod, nodes, skip)
             if placement is None:
                 self.rollback(point)
                 return None
             placed.append(placement)
         for pod in optional:
-            placement = self.place(job.job, pod, nodes)
+            placement = self.place(job.job, pod, nodes, skip)
             if placement is not None:
                 placed.append(placement)
         return placed
 
-    def _place_indexed(self, job: str, pod: PodSpec, gpu: int) -> PodPlacement | None:
+    def _place_indexed(
+        self, job: str, pod: PodSpec, gpu: int, skip: dict[str, None] | None
+    ) -> PodPlacement | None:
         assert self.index is not None
         walk = self.index.ascending if self.score is binpack_score else self.index.descending
         whole = gpu // MILLI if gpu >= MILLI else 0
         nodes = self.nodes
         for name in walk(gpu):
+            if skip and name in skip:
+                continue
             node = nodes[name]
             if node.free_whole < whole or not pod_fits_now(node, pod):
                 continue

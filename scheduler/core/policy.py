@@ -414,7 +414,7 @@ def _try_job(
         if head:
             _note_reason(job, reason, emit)
         return False
-    allowed = _allowed_nodes(state, job, reservations)
+    allowed = _blocked_nodes(state, job, reservations)
     shape = _gang_shape(job, allowed is not None)
     if shape is not None and any(
         shape[0] >= f[0] and shape[1] >= f[1] and shape[2] == f[2] for f in failed
@@ -423,7 +423,7 @@ def _try_job(
             _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt = Statement(state.nodes, score=_score_for(state, queue, job), index=state.free_index())
-    placements = stmt.place_gang(job, allowed)
+    placements = stmt.place_gang(job, skip=allowed)
     victims: list[tuple[Job, str]] = []
     moves: list[tuple[Job, list[PodPlacement]]] = []
     if placements is None and shape is not None and len(failed) < 32:
@@ -484,8 +484,10 @@ def _gang_shape(job: Job, restricted: bool) -> tuple[int, int, bool] | None:
     return (largest, job.request[0], restricted)
 
 
-def _allowed_nodes(state: State, job: Job, reservations: list[Reservation]) -> list[Node] | None:
-    """Nodes the job may use without delaying a reservation (None: all of them).
+def _blocked_nodes(
+    state: State, job: Job, reservations: list[Reservation]
+) -> dict[str, None] | None:
+    """Nodes the job must keep off so as not to delay a reservation (None: none).
 
     A job that ends before a reservation starts, or is preemptible (it will give way when
     the reservation starts), may use its nodes; any other job keeps off them.
@@ -498,9 +500,7 @@ def _allowed_nodes(state: State, job: Job, reservations: list[Reservation]) -> l
         ends_in_time = runtime is not None and r.start != NEVER and state.now + runtime <= r.start
         if not (ends_in_time or job.preemptible):
             blocked.update(r.nodes)
-    if not blocked:
-        return None
-    return [n for n in state.nodes.values() if n.name not in blocked]
+    return blocked or None
 
 
 @dataclass(slots=True)
@@ -650,7 +650,7 @@ def _make_room(
     job: Job,
     shares: Shares,
     stmt: Statement,
-    allowed: list[Node] | None,
+    allowed: dict[str, None] | None,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
     """Evict the fewest, cheapest victims that let the gang start; never in vain."""
     attempts: list[tuple[str, list[Job]]] = [("backfill", _backfilled_under(state, job))]
@@ -671,7 +671,7 @@ def _make_room(
             free += _held_gpu(victim)
             if free < need:
                 continue  # cheap necessary condition before a full gang placement
-            placements = stmt.place_gang(job, allowed)
+            placements = stmt.place_gang(job, skip=allowed)
             if placements is not None:
                 break
         if placements is None:
@@ -683,19 +683,19 @@ def _make_room(
             stmt.undo_all()
             for v in trial:
                 stmt.evict(v)
-            if stmt.place_gang(job, allowed) is not None:
+            if stmt.place_gang(job, skip=allowed) is not None:
                 chosen = trial
         stmt.undo_all()
         for v in chosen:
             stmt.evict(v)
-        placements = stmt.place_gang(job, allowed)
+        placements = stmt.place_gang(job, skip=allowed)
         assert placements is not None
         return placements, [(v, rule) for v in chosen]
     return None, []
 
 
 def _consolidate(
-    state: State, job: Job, stmt: Statement, allowed: list[Node] | None
+    state: State, job: Job, stmt: Statement, allowed: dict[str, None] | None
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, list[PodPlacement]]]]:
     """Defragment: move preemptible running jobs so the gang fits, only if every moved
     job is placed again at once (elsewhere); otherwise move nothing."""
@@ -716,7 +716,7 @@ def _consolidate(
         stmt.evict(victim)
         moved.append(victim)
         point = stmt.checkpoint()
-        placements = stmt.place_gang(job, allowed)
+        placements = stmt.place_gang(job, skip=allowed)
         if placements is None:
             continue
         moves: list[tuple[Job, list[PodPlacement]]] = []
