@@ -46,6 +46,7 @@ bench: $(STAMP) kafka-up k8s-up
 	$(PY) -m bench --kafka  # with the live path on the broker (bench/kafka_bench.py)
 	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server
 	$(PY) -m bench.core  # scheduling cycles at 1,000 nodes, fill rate, memory (issue 8 targets)
+	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
 
 # A single-node Kafka (KRaft) on 127.0.0.1:19092 for the live path and its tests; jars are
 # cached in ~/.cache/gpuledger, data and logs live in /tmp/gpuledger-kafka (docs/operations.md).
