@@ -366,40 +366,28 @@ def _whatif(args: argparse.Namespace) -> int:
 
 def _whatif_table(rows: list[dict[str, Any]]) -> str:
     """queue | jobs | for each figure: before -> after."""
+    from projections.report import Column, format_value, render_table  # noqa: PLC0415
+    from replay.compare import FIGURES  # noqa: PLC0415
 
-    def fmt(value: Any, unit: str) -> str:
-        if value is None:
-            return "-"
-        if unit == "s":
-            from projections.report import format_duration  # noqa: PLC0415
-
-            return format_duration(float(value))
-        if unit == "h":
-            return f"{float(value):.2f}"
-        return str(value)
-
-    figures = (
-        ("p50 TTR", "ttr_p50_s", "s"),
-        ("p90 TTR", "ttr_p90_s", "s"),
-        ("p99 TTR", "ttr_p99_s", "s"),
-        ("p50 done", "done_p50_s", "s"),
-        ("p90 done", "done_p90_s", "s"),
-        ("p99 done", "done_p99_s", "s"),
-        ("preempt", "preemptions", ""),
-        ("lost GPU-h", "lost_gpu_h", "h"),
-        ("idle GPU-h", "idle_gpu_h", "h"),
-    )
-    header = ["queue", "jobs", *(name for name, _, _ in figures)]
-    lines = [header]
-    for row in rows:
-        cells = [str(row["queue"]), str(row["jobs"])]
-        for _, key, unit in figures:
-            cells.append(f"{fmt(row[key + ':before'], unit)} -> {fmt(row[key + ':after'], unit)}")
-        lines.append(cells)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)) for line in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
+    figures = [f for f in FIGURES if f[1] != "finished_per_day"]
+    cells = [
+        {
+            "queue": row["queue"],
+            "jobs": row["jobs"],
+            **{
+                key: f"{format_value(row[key + ':before'], unit)} -> "
+                f"{format_value(row[key + ':after'], unit)}"
+                for _, key, unit in figures
+            },
+        }
+        for row in rows
+    ]
+    columns = [
+        Column("queue", unit="text"),
+        Column("jobs", unit="count"),
+        *(Column(key, name, "text") for name, key, _ in figures),
+    ]
+    return render_table(cells, columns)
 
 
 def _state(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from events.filelog import FileLedger, LedgerDirReader
+from projections.report import Column, Unit, render_table
 from replay.config import ClusterFile, PolicyFile, QueuesFile, WorkloadFile, policy_event
 from replay.metrics import HOUR_MS, collect, tenant_rows, unallocated_gpu_hours, utilisation
 from replay.sim import Simulation
@@ -110,7 +111,7 @@ def compare(
 
 # --------------------------------------------------------------------------- rendering
 
-FIGURES = (
+FIGURES: tuple[tuple[str, str, Unit], ...] = (
     ("p50 TTR", "ttr_p50_s", "duration"),
     ("p90 TTR", "ttr_p90_s", "duration"),
     ("p99 TTR", "ttr_p99_s", "duration"),
@@ -124,41 +125,21 @@ FIGURES = (
 )
 
 
-def _cell(value: Any, unit: str) -> str:
-    from projections.report import format_duration  # noqa: PLC0415
-
-    if value is None:
-        return "-"
-    if unit == "duration":
-        return format_duration(float(value))
-    if unit == "hours":
-        return f"{float(value):.1f}"
-    if unit == "number":
-        return f"{float(value):.1f}"
-    return str(value)
-
-
 def table(runs: Sequence[Run]) -> str:
     """One row per (tenant, policy): every figure; then utilisation per policy."""
-    header = ["queue", "policy", "jobs", "ready", *(name for name, _, _ in FIGURES)]
-    lines: list[list[str]] = [header]
-    queues = [r["queue"] for r in runs[0].tenants]
-    for queue in queues:
-        for run in runs:
-            row = next(r for r in run.tenants if r["queue"] == queue)
-            lines.append(
-                [
-                    str(queue),
-                    run.policy,
-                    str(row["jobs"]),
-                    str(row["ready"]),
-                    *(_cell(row[key], unit) for _, key, unit in FIGURES),
-                ]
-            )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = ["  ".join(c.rjust(widths[i]) if i > 1 else c.ljust(widths[i])
-                      for i, c in enumerate(line)) for line in lines]  # fmt: skip
-    text.insert(1, "  ".join("-" * w for w in widths))
+    columns = [
+        Column("queue", unit="text"),
+        Column("policy", unit="text"),
+        Column("jobs", unit="count"),
+        Column("ready", unit="count"),
+        *(Column(key, name, unit) for name, key, unit in FIGURES),
+    ]
+    rows = [
+        {**next(r for r in run.tenants if r["queue"] == queue), "policy": run.policy}
+        for queue in [r["queue"] for r in runs[0].tenants]
+        for run in runs
+    ]
+    text = [render_table(rows, columns)]
     text.append("")
     for run in runs:
         text.append(

@@ -30,7 +30,7 @@ from events.model import (
     QueueConfigured,
     QueueRemoved,
 )
-from replay.metrics import LedgerMetrics, collect, percentile
+from replay.metrics import LedgerMetrics, percentile, tenant_rows
 from replay.sim import SimJob
 
 
@@ -149,8 +149,6 @@ def replace_queues(history: History, queues: list[QueueConfigured]) -> None:
 
 def compare_rows(before: LedgerMetrics, after: LedgerMetrics) -> list[dict[str, object]]:
     """Per tenant and overall: each figure before and after, in one row."""
-    from replay.metrics import tenant_rows  # noqa: PLC0415
-
     a = {r["queue"]: r for r in tenant_rows(before)}
     b = {r["queue"]: r for r in tenant_rows(after)}
     rows: list[dict[str, object]] = []
@@ -207,8 +205,3 @@ def changed_fates(
         )
     out.sort(key=lambda item: (item[0], item[1]))
     return [row for _, _, row in out[:top]]
-
-
-def report_metrics(records: Iterable[tuple[int, Envelope]]) -> LedgerMetrics:
-    """Metrics of a ledger (a thin alias, so callers need only this module)."""
-    return collect(records)
