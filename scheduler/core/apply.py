@@ -392,16 +392,18 @@ def _queue_removed(state: State, name: str) -> None:
     state.dirty = True
 
 
-def lost_work(job: Job, now: int) -> tuple[int, int]:
+def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, int]:
     """(lost GPU-ms, checkpointed ms) if the job were evicted at ``now``.
 
-    Work since the last checkpoint is lost; GPU-weighted by the gang's GPUs. A job that is
-    not yet running has lost nothing.
+    Work since the last checkpoint is lost; GPU-weighted by the gang's GPUs (the milli-GPUs
+    it holds, ``gpu_milli`` when the caller has them already). A job that is not yet
+    running has lost nothing.
     """
     if job.started_at is None or now <= job.started_at:
         return (0, 0)
     ran = now - job.started_at
     interval = job.checkpoint_interval_ms
     kept = (ran // interval) * interval if interval else 0
-    gpu_milli = sum(slot.milli for p in job.live() for slot in p.gpus)
+    if gpu_milli is None:
+        gpu_milli = sum(slot.milli for p in job.live() for slot in p.gpus)
     return ((ran - kept) * gpu_milli // MILLI, kept)

@@ -9,6 +9,7 @@ events that ``apply`` folds — the one way state changes.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -122,6 +123,29 @@ def split_gang(job: Job) -> tuple[list[PodSpec], list[PodSpec]]:
     required.sort(key=lambda p: order[p.name])
     optional = [p for p in pods if p.name not in chosen]
     return required, optional
+
+
+def gang_demand(job: Job, fractional: bool) -> list[tuple[int, int]]:
+    """(size, required pods of at least that size) over the gang's distinct pod sizes.
+
+    Pods that ask for device memory (their size depends on the node) are left out, so
+    ``may_fit`` stays a necessary condition.
+    """
+    required, _ = split_gang(job)
+    sizes = sorted(
+        effective_gpu_milli(pod, fractional)
+        for pod in required
+        if pod.gpu_milli or not pod.gpu_memory_mib
+    )
+    sizes = [size for size in sizes if size > 0]
+    return [(size, len(sizes) - bisect_left(sizes, size)) for size in sorted(set(sizes))]
+
+
+def may_fit(index: FreeIndex, demand: list[tuple[int, int]]) -> bool:
+    """False when the free GPUs cannot hold the gang however it is arranged: every pod
+    of at least ``size`` needs ``size`` free on one node. Cheaper than a placement by
+    orders of magnitude, so victims and released jobs are counted before one is tried."""
+    return all(index.slots_at_most(size) >= count for size, count in demand)
 
 
 def tolerates(node: Node, pod: PodSpec) -> bool:

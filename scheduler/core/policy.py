@@ -21,9 +21,9 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import insort
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from events.model import (
     MILLI,
@@ -41,6 +41,8 @@ from scheduler.core.placement import (
     Statement,
     binpack_score,
     fits_capacity,
+    gang_demand,
+    may_fit,
     selector_matches,
     split_gang,
     spread_score,
@@ -50,7 +52,6 @@ from scheduler.core.state import (
     PENDING,
     RUNNING,
     UNLIMITED,
-    FreeIndex,
     Job,
     Node,
     Queue,
@@ -272,6 +273,10 @@ def _gang_policy(state: State, emit: Emit) -> None:
     backfill = state.config.backfill
     running: RunningEnds | None = None
     order: dict[str, tuple[int, int, int, int, int, str]] = {}
+    victims = Victims(state)
+    # Reservations of plain gangs by shape: the same shape on the same nodes reserves the
+    # same nodes at the same time, until a placement changes the nodes (then cleared).
+    planned: dict[tuple[object, ...], Reservation | None] = {}
     while True:
         candidates = [
             q for q in leaves if q.name not in done and cursor.get(q.name, 0) < len(q.pending)
@@ -295,22 +300,24 @@ def _gang_policy(state: State, emit: Emit) -> None:
             continue
         if queue.name in blocked:
             # Behind the queue's blocked head: only a plain placement into the gap.
-            if _try_job(state, queue, job, shares, emit, reservations, failed, head=False):
+            if _try_job(state, queue, job, shares, emit, reservations, failed, victims, head=False):
                 if running is not None:
                     running.add(state, job)
                 _note_placed(state, job, shares)
                 order = {}
+                planned.clear()
                 continue
             cursor[queue.name] = index + 1
             misses[queue.name] = misses.get(queue.name, 0) + 1
             if misses[queue.name] >= BACKFILL_TRIES:
                 done[queue.name] = None
             continue
-        if _try_job(state, queue, job, shares, emit, reservations, failed, head=True):
+        if _try_job(state, queue, job, shares, emit, reservations, failed, victims, head=True):
             if running is not None:
                 running.add(state, job)
             _note_placed(state, job, shares)
             order = {}
+            planned.clear()
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
         if not backfill:
@@ -319,7 +326,15 @@ def _gang_policy(state: State, emit: Emit) -> None:
         blocked[queue.name] = None
         if running is None:
             running = RunningEnds.of(state)
-        reservation = _reserve(state, job, running)
+        shape = _reservation_shape(job, victims)
+        if shape is not None and shape in planned:
+            reservation = planned[shape]
+            if reservation is not None:
+                reservation = Reservation(job.job, reservation.start, reservation.nodes)
+        else:
+            reservation = _reserve(state, job, running, victims)
+            if shape is not None:
+                planned[shape] = reservation
         if reservation is not None:
             reservations.append(reservation)
             start = reservation.start
@@ -401,6 +416,7 @@ def _try_job(
     emit: Emit,
     reservations: list[Reservation],
     failed: list[tuple[int, int, bool]],
+    victims: Victims,
     *,
     head: bool,
 ) -> bool:
@@ -424,23 +440,23 @@ def _try_job(
         return False
     stmt = Statement(state.nodes, score=_score_for(state, queue, job), index=state.free_index())
     placements = stmt.place_gang(job, skip=allowed)
-    victims: list[tuple[Job, str]] = []
+    evicted: list[tuple[Job, str]] = []
     moves: list[tuple[Job, list[PodPlacement]]] = []
     if placements is None and shape is not None and len(failed) < 32:
         failed.append(shape)
     if placements is None and head:
-        placements, victims = _make_room(state, queue, job, shares, stmt, allowed)
+        placements, evicted = _make_room(state, queue, job, shares, stmt, allowed, victims)
         if placements is None and state.config.consolidation:
-            placements, moves = _consolidate(state, job, stmt, allowed)
-            victims = [(moved, "consolidation") for moved, _ in moves]
+            placements, moves = _consolidate(state, job, stmt, allowed, victims)
+            evicted = [(moved, "consolidation") for moved, _ in moves]
     if placements is None:
         if head:
             _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt.undo_all()
-    if victims:
+    if evicted:
         failed.clear()  # evictions free capacity: what failed before may fit now
-    for victim, rule in victims:
+    for victim, rule in evicted:
         lost, kept = lost_work(victim, state.now)
         emit(
             JobPreempted(
@@ -456,6 +472,8 @@ def _try_job(
         )
     for moved, where in moves:
         emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
+    if moves:
+        victims.reset()
     backfill_for = ""
     for r in reservations:
         if any(p.node in r.nodes for p in placements):
@@ -530,15 +548,6 @@ class RunningEnds:
         insort(self.items, (_expected_end(state, job), job.seq, job.job))
 
 
-def _slots_upper_bound(index: FreeIndex, pod_size: int) -> int:
-    """At most how many pods of ``pod_size`` milli-GPUs fit the free GPUs (a cheap bound:
-    each node counts its free total, ignoring how it is split across devices)."""
-    total = 0
-    for key in index.keys[bisect_left(index.keys, pod_size) :]:
-        total += len(index.buckets[key]) * (key // pod_size)
-    return total
-
-
 def _expected_end(state: State, job: Job) -> int:
     if job.expected_runtime_ms is None:
         return NEVER
@@ -546,7 +555,19 @@ def _expected_end(state: State, job: Job) -> int:
     return max(state.now, began + job.expected_runtime_ms - job.checkpointed_ms)
 
 
-def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None:
+def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:
+    """What ``_reserve`` depends on of a plain, unplaced gang that nothing was backfilled
+    under (None for any other job: its reservation is worked out on its own)."""
+    if job.placements or _gang_shape(job, False) is None or victims.under_of(job.job):
+        return None
+    return (
+        tuple((p.gpu_milli, p.group) for p in job.pods),
+        job.min_members,
+        tuple(sorted(job.min_per_group.items())),
+    )
+
+
+def _reserve(state: State, job: Job, running: RunningEnds, victims: Victims) -> Reservation | None:
     """EASY backfill: where and when the job could start as running jobs end.
 
     Running jobs are released in order of expected end (those without an expected runtime
@@ -562,13 +583,10 @@ def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None
     free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
     jobs = state.jobs
     given_way: dict[str, None] = {}
-    for leaf in state.leaf_queues():
-        for job_id in leaf.active:
-            other = jobs[job_id]
-            if other.backfill_for == job.job and other.preemptible and other.status in ACTIVE:
-                stmt.evict(other)
-                free += _held_gpu(other)
-                given_way[job_id] = None
+    for other in _backfilled_under(job, victims):
+        stmt.evict(other)
+        free += victims.held_gpu(other)
+        given_way[other.job] = None
     sizes = {p.gpu_milli for p in job.pods}
     pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
     pods = len(job.pods) if not job.min_members else job.min_members
@@ -576,7 +594,7 @@ def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None
     # only then are the booked jobs evicted in the statement and a placement tried.
     booked: list[Job] = []
     extra: dict[str, int] = {}
-    bound = _slots_upper_bound(index, pod_size) if pod_size > 0 else 0
+    bound = index.slots_at_most(pod_size) if pod_size > 0 else 0
     nodes = state.nodes
     for end, _, job_id in running.items:
         other = jobs[job_id]
@@ -600,7 +618,7 @@ def _reserve(state: State, job: Job, running: RunningEnds) -> Reservation | None
         booked = []
         extra = {}
         if pod_size > 0:
-            bound = _slots_upper_bound(index, pod_size)
+            bound = index.slots_at_most(pod_size)
         placed = stmt.place_gang(job)
         if placed is not None:
             reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
@@ -644,6 +662,66 @@ def _shape(pods: list[PodSpec]) -> str:
 # --------------------------------------------------------------------------- victims
 
 
+@dataclass(slots=True)
+class Victims:
+    """The running preemptible jobs in victim order (least lost work first), for a cycle.
+
+    Built on first use and kept for the whole cycle: within it ``now`` is fixed, so a
+    job's order key is too; jobs placed in the cycle are never victims in it (they are
+    protected), and jobs evicted in it are skipped when read (no longer active). Only a
+    consolidation, which moves jobs, makes it stale (``reset``). Each rule filters this one
+    sorted list instead of sorting its own.
+    """
+
+    state: State
+    ordered: list[Job] | None = None
+    held: dict[str, int] = field(default_factory=dict)
+    under: dict[str, list[Job]] = field(default_factory=dict)
+    """Jobs backfilled under each reservation holder, in victim order."""
+
+    def jobs(self) -> list[Job]:
+        """Every preemptible job holding resources, cheapest victim first."""
+        if self.ordered is None:
+            state = self.state
+            jobs = state.jobs
+            now = state.now
+            held = self.held
+            keyed: list[tuple[int, int, int, str, Job]] = []
+            for leaf in state.leaf_queues():
+                for job_id in leaf.active:
+                    job = jobs[job_id]
+                    if job.preemptible:
+                        gpu = held[job_id] = _held_gpu(job)
+                        lost, _ = lost_work(job, now, gpu)
+                        keyed.append((lost, -(job.started_at or now), -job.seq, job_id, job))
+            keyed.sort()  # as _victim_order: the job id breaks every tie
+            pool = [item[4] for item in keyed]
+            self.ordered = pool
+            self.under = {}
+            for job in pool:
+                if job.backfill_for:
+                    self.under.setdefault(job.backfill_for, []).append(job)
+        return self.ordered
+
+    def under_of(self, job_id: str) -> list[Job]:
+        """Jobs backfilled under ``job_id``'s reservation, in victim order."""
+        self.jobs()
+        return self.under.get(job_id, [])
+
+    def held_gpu(self, job: Job) -> int:
+        """Milli-GPUs the job holds now."""
+        held = self.held.get(job.job)
+        if held is None:
+            held = self.held[job.job] = _held_gpu(job)
+        return held
+
+    def reset(self) -> None:
+        """Jobs moved: orders and holdings are recomputed on next use."""
+        self.ordered = None
+        self.held.clear()
+        self.under = {}
+
+
 def _make_room(
     state: State,
     queue: Queue,
@@ -651,26 +729,29 @@ def _make_room(
     shares: Shares,
     stmt: Statement,
     allowed: dict[str, None] | None,
+    victims: Victims,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
     """Evict the fewest, cheapest victims that let the gang start; never in vain."""
-    attempts: list[tuple[str, list[Job]]] = [("backfill", _backfilled_under(state, job))]
+    attempts: list[tuple[str, list[Job]]] = [("backfill", _backfilled_under(job, victims))]
     if state.config.reclaim:
-        attempts.append(("reclaim", _reclaim_candidates(state, queue, job, shares)))
+        attempts.append(("reclaim", _reclaim_candidates(state, queue, job, shares, victims)))
     if state.config.preempt:
-        attempts.append(("preempt", _preempt_candidates(state, queue, job)))
+        attempts.append(("preempt", _preempt_candidates(state, queue, job, victims)))
+    demand = gang_demand(job, stmt.fractional)
+    need = job.request[0]
+    free_now = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
     for rule, candidates in attempts:
-        if not candidates:
-            continue
+        if not candidates or not _fits_after(state, stmt, demand, need, free_now, candidates):
+            continue  # even with every candidate evicted the gang could not fit
         chosen: list[Job] = []
         placements: list[PodPlacement] | None = None
-        need = job.request[0]
-        free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+        free = free_now
         for victim in candidates:
             stmt.evict(victim)
             chosen.append(victim)
-            free += _held_gpu(victim)
-            if free < need:
-                continue  # cheap necessary condition before a full gang placement
+            free += victims.held_gpu(victim)
+            if free < need or (stmt.index is not None and not may_fit(stmt.index, demand)):
+                continue  # cheap necessary conditions before a full gang placement
             placements = stmt.place_gang(job, skip=allowed)
             if placements is not None:
                 break
@@ -694,27 +775,65 @@ def _make_room(
     return None, []
 
 
+def _fits_after(
+    state: State,
+    stmt: Statement,
+    demand: list[tuple[int, int]],
+    need: int,
+    free: int,
+    candidates: list[Job],
+) -> bool:
+    """Could the gang fit at all were every candidate evicted? The victims' GPUs are
+    only booked per node (no statement steps), then the bounds of ``may_fit`` applied:
+    a rule whose every candidate together cannot make room is not tried victim by victim.
+    """
+    extra: dict[str, int] = {}
+    for victim in candidates:
+        for placement in victim.live():
+            milli = 0
+            for slot in placement.gpus:
+                milli += slot.milli
+            extra[placement.node] = extra.get(placement.node, 0) + milli
+            free += milli
+    if free < need:
+        return False
+    if stmt.index is None:
+        return True
+    nodes = state.nodes
+    for size, count in demand:
+        slots = stmt.index.slots_at_most(size)
+        for name, milli in extra.items():
+            node = nodes.get(name)
+            if node is not None:
+                base = node.free_gpu_milli
+                slots += (base + milli) // size - base // size
+        if slots < count:
+            return False
+    return True
+
+
 def _consolidate(
-    state: State, job: Job, stmt: Statement, allowed: dict[str, None] | None
+    state: State,
+    job: Job,
+    stmt: Statement,
+    allowed: dict[str, None] | None,
+    victims: Victims,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, list[PodPlacement]]]]:
     """Defragment: move preemptible running jobs so the gang fits, only if every moved
     job is placed again at once (elsewhere); otherwise move nothing."""
     if sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned) < job.request[0]:
         return None, []  # not fragmentation: there is not enough free GPU in total
     candidates = [
-        state.jobs[v]
-        for leaf in state.leaf_queues()
-        for v in leaf.active
-        if state.jobs[v].preemptible
-        and state.jobs[v].status in ACTIVE
-        and not _protected(state, state.jobs[v], "preempt")
+        v for v in victims.jobs() if v.status in ACTIVE and not _protected(state, v, "preempt")
     ]
-    candidates.sort(key=_victim_order(state))
     everywhere = list(state.nodes.values())
     moved: list[Job] = []
+    demand = gang_demand(job, stmt.fractional)
     for victim in candidates:
         stmt.evict(victim)
         moved.append(victim)
+        if stmt.index is not None and not may_fit(stmt.index, demand):
+            continue
         point = stmt.checkpoint()
         placements = stmt.place_gang(job, skip=allowed)
         if placements is None:
@@ -759,16 +878,9 @@ def _protected(state: State, victim: Job, rule: str) -> bool:
     return state.now - began < floor
 
 
-def _backfilled_under(state: State, job: Job) -> list[Job]:
+def _backfilled_under(job: Job, victims: Victims) -> list[Job]:
     """Jobs backfilled into this job's reservation gap: they give way to it."""
-    victims = [
-        j
-        for leaf in state.leaf_queues()
-        for j in (state.jobs[v] for v in leaf.active)
-        if j.backfill_for == job.job and j.preemptible and j.status in ACTIVE
-    ]
-    victims.sort(key=_victim_order(state))
-    return victims
+    return [v for v in victims.under_of(job.job) if v.status in ACTIVE]
 
 
 def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue] | None:
@@ -781,7 +893,9 @@ def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue]
     return None
 
 
-def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) -> list[Job]:
+def _reclaim_candidates(
+    state: State, queue: Queue, job: Job, shares: Shares, victims: Victims
+) -> list[Job]:
     """Victims in other queues that reclaim may take from, cheapest first.
 
     Two strategies, as KAI-Scheduler's: **fair-share reclaim** — the reclaiming queue stays
@@ -797,7 +911,7 @@ def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) ->
     by_quota = queue.allocated[0] + need <= shares.deserved[queue.name][0]
     if not (by_fair_share or by_quota):
         return []
-    candidates: list[Job] = []
+    givers: dict[str, None] = {}
     for other in state.leaf_queues():
         if other.name == queue.name or not other.active:
             continue
@@ -806,25 +920,27 @@ def _reclaim_candidates(state: State, queue: Queue, job: Job, shares: Shares) ->
         held = other.allocated[0] - shares.placed.get(other.name, 0)
         over_fair = by_fair_share and held > shares.fair[other.name][0]
         over_quota = by_quota and held > shares.deserved[other.name][0]
-        if not (over_fair or over_quota):
-            continue
-        for victim_id in other.active:
-            victim = state.jobs[victim_id]
-            if (
-                victim.preemptible
-                and victim.status in ACTIVE
-                and not _protected(state, victim, "reclaim")
-            ):
-                candidates.append(victim)
-    candidates.sort(key=_victim_order(state))
+        if over_fair or over_quota:
+            givers[other.name] = None
+    if not givers:
+        return []
     taken: dict[str, int] = {}
     allowed: list[Job] = []
-    for victim in candidates:
-        held = _held_gpu(victim)
-        levels = [(queue, state.queues[victim.queue])]
-        branches = _lowest_common_children(state, queue.name, victim.queue)
-        if branches is not None and branches[0] is not queue:
-            levels.append(branches)
+    levels_of: dict[str, list[tuple[Queue, Queue]]] = {}
+    for victim in victims.jobs():
+        if (
+            victim.queue not in givers
+            or victim.status not in ACTIVE
+            or _protected(state, victim, "reclaim")
+        ):
+            continue
+        held = victims.held_gpu(victim)
+        levels = levels_of.get(victim.queue)
+        if levels is None:
+            levels = levels_of[victim.queue] = [(queue, state.queues[victim.queue])]
+            branches = _lowest_common_children(state, queue.name, victim.queue)
+            if branches is not None and branches[0] is not queue:
+                levels.append(branches)
         if all(
             _may_take(shares, mine, theirs, need, taken.get(theirs.name, 0) + held,
                       by_fair_share, by_quota)
@@ -857,18 +973,16 @@ def _may_take(
     return by_quota and their_alloc > shares.deserved[theirs.name][0]
 
 
-def _preempt_candidates(state: State, queue: Queue, job: Job) -> list[Job]:
+def _preempt_candidates(state: State, queue: Queue, job: Job, victims: Victims) -> list[Job]:
     """Preemptible jobs of the same queue with strictly lower priority."""
-    candidates = [
-        state.jobs[v]
-        for v in queue.active
-        if state.jobs[v].preemptible
-        and state.jobs[v].priority < job.priority
-        and state.jobs[v].status in ACTIVE
-        and not _protected(state, state.jobs[v], "preempt")
+    return [
+        v
+        for v in victims.jobs()
+        if v.queue == queue.name
+        and v.priority < job.priority
+        and v.status in ACTIVE
+        and not _protected(state, v, "preempt")
     ]
-    candidates.sort(key=_victim_order(state))
-    return candidates
 
 
 def _held_gpu(job: Job) -> int:

@@ -285,6 +285,14 @@ class FreeIndex:
         else:
             insort(target, name)
 
+    def slots_at_most(self, size: int) -> int:
+        """At most how many pods of ``size`` milli-GPUs fit the free GPUs: a cheap bound
+        (each node counts its free total, ignoring how it is split across devices)."""
+        buckets = self.buckets
+        return sum(
+            len(buckets[key]) * (key // size) for key in self.keys[bisect_left(self.keys, size) :]
+        )
+
     def ascending(self, minimum: int) -> Iterator[str]:
         """Names of nodes with at least ``minimum`` free, least free first, then by name.
 
