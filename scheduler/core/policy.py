@@ -52,6 +52,7 @@ from scheduler.core.state import (
     PENDING,
     RUNNING,
     UNLIMITED,
+    FreeIndex,
     Job,
     Node,
     Queue,
@@ -59,7 +60,7 @@ from scheduler.core.state import (
     node_from_capacity,
 )
 
-REVISION = 2
+REVISION = 3
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 POLICIES = ("gpuledger", "drf", "fifo")
@@ -132,6 +133,7 @@ def _wake(state: State, at: int) -> None:
 def _reject_impossible(state: State, emit: Emit) -> None:
     fresh, state.fresh = state.fresh, []
     shares: Shares | None = None
+    empty_index: FreeIndex | None = None
     for job_id in fresh:
         job = state.jobs.get(job_id)
         if job is None or job.status != PENDING:
@@ -139,7 +141,9 @@ def _reject_impossible(state: State, emit: Emit) -> None:
         reason = _static_reason(state, job)
         if reason is None:
             empty = _empty_cluster(state)
-            stmt = Statement(empty)
+            if empty_index is None:
+                empty_index = FreeIndex.of(empty)  # walked instead of scanning every node
+            stmt = Statement(empty, index=empty_index)
             if stmt.place_gang(job) is None:
                 reason = (
                     f"gang of {_required(job)} pods needing {gpus(job.request[0])} GPUs cannot "
@@ -298,21 +302,11 @@ def _gang_policy(state: State, emit: Emit) -> None:
             )
             cursor[queue.name] = index + 1
             continue
-        if queue.name in blocked:
-            # Behind the queue's blocked head: only a plain placement into the gap.
-            if _try_job(state, queue, job, shares, emit, reservations, failed, victims, head=False):
-                if running is not None:
-                    running.add(state, job)
-                _note_placed(state, job, shares)
-                order = {}
-                planned.clear()
-                continue
-            cursor[queue.name] = index + 1
-            misses[queue.name] = misses.get(queue.name, 0) + 1
-            if misses[queue.name] >= BACKFILL_TRIES:
-                done[queue.name] = None
-            continue
-        if _try_job(state, queue, job, shares, emit, reservations, failed, victims, head=True):
+        head = queue.name not in blocked
+        reason = _admission_reason(state, queue, job, shares)
+        if reason is None and _try_job(
+            state, queue, job, shares, emit, reservations, failed, victims, head=head
+        ):
             if running is not None:
                 running.add(state, job)
             _note_placed(state, job, shares)
@@ -320,10 +314,20 @@ def _gang_policy(state: State, emit: Emit) -> None:
             planned.clear()
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
+        if not head:
+            # Behind the queue's blocked head only plain placements into the gap are tried.
+            misses[queue.name] = misses.get(queue.name, 0) + 1
+            if misses[queue.name] >= BACKFILL_TRIES:
+                done[queue.name] = None
+            continue
         if not backfill:
             done[queue.name] = None  # first in, first out: the queue waits behind it
+        else:
+            blocked[queue.name] = None
+        if reason is not None or not backfill:
+            # Held back by a limit or quota (it reserves no nodes), or no backfill.
+            _note_reason(job, reason or _capacity_reason(state, job), emit)
             continue
-        blocked[queue.name] = None
         if running is None:
             running = RunningEnds.of(state)
         shape = _reservation_shape(job, victims)
@@ -338,13 +342,22 @@ def _gang_policy(state: State, emit: Emit) -> None:
         if reservation is not None:
             reservations.append(reservation)
             start = reservation.start
-            when = "when running jobs end" if start == NEVER else seconds(start)
+            if start == NEVER:
+                when = "when running jobs end"
+            elif start <= state.now:
+                # Held by jobs past their expected runtime: a time here would be `now`, a
+                # new reason (and ledger record) every cycle until they end.
+                when = "as soon as overrunning jobs end"
+            else:
+                when = f"at {seconds(start)}"
             _note_reason(
                 job,
-                f"waiting for a reservation of {len(reservation.nodes)} nodes at {when}; "
+                f"waiting for a reservation of {len(reservation.nodes)} nodes {when}; "
                 f"smaller jobs backfill the gap",
                 emit,
             )
+        else:
+            _note_reason(job, _capacity_reason(state, job), emit)
 
 
 def _note_placed(state: State, job: Job, shares: Shares) -> None:
@@ -420,23 +433,17 @@ def _try_job(
     *,
     head: bool,
 ) -> bool:
-    """Admit and place one job; a queue's head may also make room and records why it waits.
+    """Place one admitted job; a queue's head may also make room. The caller records why
+    a job waits (one reason per cycle: a capacity wait, or the reservation made for it).
 
     ``failed`` remembers gang shapes that found no room this cycle: free capacity only
     shrinks between evictions, so a gang at least as large in every way fails too.
     """
-    reason = _admission_reason(state, queue, job, shares)
-    if reason is not None:
-        if head:
-            _note_reason(job, reason, emit)
-        return False
     allowed = _blocked_nodes(state, job, reservations)
     shape = _gang_shape(job, allowed is not None)
     if shape is not None and any(
         shape[0] >= f[0] and shape[1] >= f[1] and shape[2] == f[2] for f in failed
     ):
-        if head:
-            _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt = Statement(state.nodes, score=_score_for(state, queue, job), index=state.free_index())
     placements = stmt.place_gang(job, skip=allowed)
@@ -450,8 +457,6 @@ def _try_job(
             placements, moves = _consolidate(state, job, stmt, allowed, victims)
             evicted = [(moved, "consolidation") for moved, _ in moves]
     if placements is None:
-        if head:
-            _note_reason(job, _capacity_reason(state, job), emit)
         return False
     stmt.undo_all()
     if evicted:
@@ -746,33 +751,76 @@ def _make_room(
         chosen: list[Job] = []
         placements: list[PodPlacement] | None = None
         free = free_now
+        wait = 0  # victims to evict before the next placement attempt (doubles on failure)
+        step = 1
         for victim in candidates:
             stmt.evict(victim)
             chosen.append(victim)
             free += victims.held_gpu(victim)
             if free < need or (stmt.index is not None and not may_fit(stmt.index, demand)):
                 continue  # cheap necessary conditions before a full gang placement
+            if wait > 0:
+                wait -= 1
+                continue
             placements = stmt.place_gang(job, skip=allowed)
             if placements is not None:
                 break
+            # A gang that fits the counts but not yet the nodes is tried again after
+            # 1, 2, 4, ... more victims: extra victims are dropped below, attempts are not.
+            wait, step = step, step * 2
+        if placements is None and wait > 0:
+            placements = stmt.place_gang(job, skip=allowed)  # every candidate evicted
         if placements is None:
             stmt.undo_all()  # never evict for a gang that still would not fit
             continue
-        # Never more victims than needed: drop any whose eviction turns out unnecessary.
-        for victim in list(reversed(chosen[:-1])):
-            trial = [v for v in chosen if v is not victim]
-            stmt.undo_all()
-            for v in trial:
-                stmt.evict(v)
-            if stmt.place_gang(job, skip=allowed) is not None:
-                chosen = trial
+        kept = _needed_victims(state, chosen, placements)
         stmt.undo_all()
-        for v in chosen:
-            stmt.evict(v)
-        placements = stmt.place_gang(job, skip=allowed)
-        assert placements is not None
-        return placements, [(v, rule) for v in chosen]
+        return placements, [(v, rule) for v in kept]
     return None, []
+
+
+def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlacement]) -> list[Job]:
+    """Never more victims than the placement needs.
+
+    Called with every chosen victim evicted and the gang placed. Victims are given back
+    their resources, dearest first, whenever the placement still fits beside them (on
+    the very devices and nodes it uses), so those kept are each needed by it: victims with
+    nothing under the gang's nodes always go back.
+    """
+    used = {p.node for p in placements}
+    nodes = state.nodes
+    free = {name: [*nodes[name].free_devices, nodes[name].free_cpu, nodes[name].free_memory]
+            for name in used}  # fmt: skip
+    kept: list[Job] = []
+    for victim in reversed(chosen):
+        specs = {p.name: p for p in victim.pods}
+        under = [(p, specs[p.pod]) for p in victim.live() if p.node in used]
+        _shift(free, under, -1)  # tentatively back on its nodes
+        if any(_overcommitted(nodes[p.node], free[p.node]) for p, _ in under):
+            _shift(free, under, 1)
+            kept.append(victim)
+    kept.reverse()
+    return kept
+
+
+def _shift(free: dict[str, list[int]], pods: list[tuple[PodPlacement, PodSpec]], sign: int) -> None:
+    """Add (``sign`` 1) or take (-1) the pods' devices, CPU and memory to ``free``: per node,
+    its devices' free milli-GPUs followed by free millicores and free MiB."""
+    for placement, spec in pods:
+        row = free[placement.node]
+        for slot in placement.gpus:
+            row[slot.device] += sign * slot.milli
+        row[-2] += sign * spec.cpu_milli
+        row[-1] += sign * spec.memory_mib
+
+
+def _overcommitted(node: Node, row: list[int]) -> bool:
+    """A device, or the node's CPU or memory where it has a capacity, below zero."""
+    return (
+        min(row[:-2], default=0) < 0
+        or (node.cpu_milli > 0 and row[-2] < 0)
+        or (node.memory_mib > 0 and row[-1] < 0)
+    )
 
 
 def _fits_after(
