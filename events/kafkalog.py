@@ -16,23 +16,44 @@ run on one background event loop (``loop()``) and the sync methods submit corout
 Offsets are Kafka offsets. They increase but, unlike the file log's, are not consecutive:
 every committed transaction leaves a control marker that takes an offset and is never
 delivered. Code that needs "one past the last record" uses ``end_offset()``, never a count.
+
+Security: ``KafkaSecurity`` holds the client's TLS and SASL options (from the CLI flags or
+the ``GPULEDGER_KAFKA_*`` environment variables, ``KafkaSecurity.from_env``) and is the one
+place that turns them into aiokafka arguments (``client_kwargs``). Every client this
+project creates takes one; where none is given (``security=None``) the environment's is
+used, so ``kafka://`` URLs, which carry no credentials, are read with it. The SASL password
+is never part of a repr, an error message or a log record: aiokafka logs the SASL
+authentication request (credentials included) at DEBUG, so its loggers get a redacting
+filter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.conn import collect_hosts, create_conn
+from aiokafka.errors import (
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+)
+from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import ConsumerRecord
 
 from events.codec import Envelope, decode_envelope, encode_envelope
@@ -58,20 +79,343 @@ class KafkaLogError(RuntimeError):
     """The broker did not answer as a log must (missing topic, no progress, bad URL)."""
 
 
+class KafkaConfigError(KafkaLogError):
+    """The client's security settings are wrong; the message names the option."""
+
+
+class KafkaAuthError(KafkaLogError):
+    """The broker refused the client's credentials (or its SASL mechanism)."""
+
+
+# --------------------------------------------------------------------------- security
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+ENV_PREFIX = "GPULEDGER_KAFKA_"
+"""``GPULEDGER_KAFKA_SECURITY_PROTOCOL``, ``…_SASL_MECHANISM``, ``…_SASL_USERNAME``,
+``…_SASL_PASSWORD`` or ``…_SASL_PASSWORD_FILE``, ``…_SSL_CAFILE``, ``…_SSL_CERTFILE``,
+``…_SSL_KEYFILE``."""
+
+_FLAGS = {
+    "security_protocol": "--security-protocol",
+    "sasl_mechanism": "--sasl-mechanism",
+    "sasl_username": "--sasl-username",
+    "sasl_password": "--sasl-password-file",
+    "ssl_cafile": "--ssl-cafile",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+}
+
+
+def _option(name: str) -> str:
+    """How a user sets option ``name``: its flag and environment variable(s)."""
+    env = f"{ENV_PREFIX}{name.upper()}"
+    if name == "sasl_password":
+        env = f"{env} or {env}_FILE"
+    return f"{_FLAGS[name]} or {env}"
+
+
+def _bad(name: str, problem: str) -> KafkaConfigError:
+    return KafkaConfigError(f"Kafka {name}: {problem} (set with {_option(name)})")
+
+
+_SECRETS: set[str] = set()
+"""Every SASL password this process was given, for the log filter's last line of defence."""
+_MIN_SECRET_LEN = 4
+"""Shorter passwords are not searched for in log messages (they would match anywhere)."""
+REDACTED = "***"
+
+
+class _EncryptedKey(Exception):  # noqa: N818  # internal signal, never escapes
+    pass
+
+
+def _no_key_password() -> str:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key.
+    raise _EncryptedKey
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSecurity:
+    """How a client authenticates to the broker and protects the connection.
+
+    Validated on construction (``KafkaConfigError`` naming the option); TLS files are read
+    then, so a bad CA file fails before any connection is tried. ``repr``/``str`` never
+    show the password (``dataclasses.asdict`` would: do not log it).
+    """
+
+    security_protocol: str = "PLAINTEXT"
+    """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (case-insensitive)."""
+    sasl_mechanism: str = "PLAIN"
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; used with the SASL protocols only."""
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    """PEM CA bundle that signs the broker's certificate (default: the system's CAs)."""
+    ssl_certfile: str | None = None
+    """PEM client certificate for mutual TLS (may hold the key too)."""
+    ssl_keyfile: str | None = None
+    """PEM private key of ``ssl_certfile`` (unencrypted)."""
+    _ssl_context: ssl.SSLContext | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Normalise and validate; build the TLS context."""
+        protocol = str(self.security_protocol).upper()
+        mechanism = str(self.sasl_mechanism).upper()
+        object.__setattr__(self, "security_protocol", protocol)
+        object.__setattr__(self, "sasl_mechanism", mechanism)
+        if protocol not in SECURITY_PROTOCOLS:
+            raise _bad(
+                "security_protocol",
+                f"unknown protocol {self.security_protocol!r}; "
+                f"expected one of {', '.join(SECURITY_PROTOCOLS)}",
+            )
+        if mechanism not in SASL_MECHANISMS:
+            raise _bad(
+                "sasl_mechanism",
+                f"unknown mechanism {self.sasl_mechanism!r}; "
+                f"expected one of {', '.join(SASL_MECHANISMS)}",
+            )
+        if self.sasl:
+            if not self.sasl_username:
+                raise _bad("sasl_username", f"required with security protocol {protocol}")
+            if not self.sasl_password:
+                raise _bad("sasl_password", f"required with security protocol {protocol}")
+        else:
+            for name in ("sasl_username", "sasl_password"):
+                if getattr(self, name) is not None:
+                    raise _bad(
+                        name,
+                        f"set, but security protocol {protocol} has no SASL "
+                        "(use SASL_PLAINTEXT or SASL_SSL)",
+                    )
+        if self.sasl_password and len(self.sasl_password) >= _MIN_SECRET_LEN:
+            _SECRETS.add(self.sasl_password)
+        if self.tls:
+            object.__setattr__(self, "_ssl_context", self._build_ssl_context())
+        else:
+            for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                if getattr(self, name) is not None:
+                    raise _bad(
+                        name,
+                        f"set, but security protocol {protocol} does not use TLS "
+                        "(use SSL or SASL_SSL)",
+                    )
+
+    @property
+    def sasl(self) -> bool:
+        """The protocol authenticates with SASL."""
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        """The protocol encrypts with TLS."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def _build_ssl_context(self) -> ssl.SSLContext:
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is None:
+                continue
+            if not os.path.isfile(path):
+                raise _bad(name, f"{path}: no such file")
+            if not os.access(path, os.R_OK):
+                raise _bad(name, f"{path}: not readable")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise _bad("ssl_certfile", "required with ssl_keyfile")
+        try:
+            context: ssl.SSLContext = create_ssl_context(cafile=self.ssl_cafile)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise _bad("ssl_cafile", f"{self.ssl_cafile}: not a PEM CA bundle ({exc})") from None
+        if self.ssl_certfile is not None:
+            try:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, _no_key_password)
+            except _EncryptedKey:
+                raise _bad(
+                    "ssl_keyfile",
+                    f"{self.ssl_keyfile or self.ssl_certfile}: the private key is encrypted; "
+                    "give an unencrypted PEM key",
+                ) from None
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise _bad(
+                    "ssl_certfile",
+                    f"{self.ssl_certfile}: cannot load the client certificate and key ({exc})",
+                ) from None
+        return context
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of every aiokafka client (and connection) for these options."""
+        _install_log_redaction()
+        kwargs: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.tls:
+            kwargs["ssl_context"] = self._ssl_context
+        if self.sasl:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password
+        return kwargs
+
+    def describe(self) -> str:
+        """The options in words, for messages (never the password)."""
+        out = self.security_protocol
+        if self.sasl:
+            out += f", {self.sasl_mechanism} as {self.sasl_username!r}"
+        return out
+
+    def __repr__(self) -> str:
+        """Like the dataclass repr, with the password shown as ``***``."""
+        password = None if self.sasl_password is None else REDACTED
+        return (
+            f"KafkaSecurity(security_protocol={self.security_protocol!r}, "
+            f"sasl_mechanism={self.sasl_mechanism!r}, sasl_username={self.sasl_username!r}, "
+            f"sasl_password={password!r}, ssl_cafile={self.ssl_cafile!r}, "
+            f"ssl_certfile={self.ssl_certfile!r}, ssl_keyfile={self.ssl_keyfile!r})"
+        )
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        security_protocol: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_username: str | None = None,
+        sasl_password_file: str | None = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+    ) -> KafkaSecurity:
+        """The options of the ``GPULEDGER_KAFKA_*`` environment, each overridden by the
+        keyword of the same name when that is not None (the CLI's flags).
+
+        The password comes from ``sasl_password_file``, else ``…_SASL_PASSWORD_FILE``,
+        else ``…_SASL_PASSWORD``; a password file's trailing newline is dropped.
+        """
+        env = os.environ if environ is None else environ
+
+        def pick(name: str, given: str | None) -> str | None:
+            if given is not None:
+                return given
+            return env.get(f"{ENV_PREFIX}{name.upper()}") or None
+
+        password_file = sasl_password_file
+        password: str | None = None
+        if password_file is None:
+            password_file = env.get(f"{ENV_PREFIX}SASL_PASSWORD_FILE") or None
+            password = env.get(f"{ENV_PREFIX}SASL_PASSWORD") or None
+            if password_file is not None and password is not None:
+                raise _bad("sasl_password", "both the password and a password file are set")
+        if password_file is not None:
+            password = read_password_file(password_file)
+        return cls(
+            security_protocol=pick("security_protocol", security_protocol) or "PLAINTEXT",
+            sasl_mechanism=pick("sasl_mechanism", sasl_mechanism) or "PLAIN",
+            sasl_username=pick("sasl_username", sasl_username),
+            sasl_password=password,
+            ssl_cafile=pick("ssl_cafile", ssl_cafile),
+            ssl_certfile=pick("ssl_certfile", ssl_certfile),
+            ssl_keyfile=pick("ssl_keyfile", ssl_keyfile),
+        )
+
+
+def read_password_file(path: str) -> str:
+    """The password in ``path`` without its trailing line break."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise _bad("sasl_password", f"password file {path}: no such file") from None
+    except IsADirectoryError:
+        raise _bad("sasl_password", f"password file {path}: is a directory") from None
+    except PermissionError:
+        raise _bad("sasl_password", f"password file {path}: not readable") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        # The message names the file only: the content must not reach an error message.
+        raise _bad("sasl_password", f"password file {path}: {type(exc).__name__}") from None
+    password = text.rstrip("\r\n")
+    if not password:
+        raise _bad("sasl_password", f"password file {path}: empty")
+    return password
+
+
+def _security(security: KafkaSecurity | None) -> KafkaSecurity:
+    return KafkaSecurity.from_env() if security is None else security
+
+
+# --------------------------------------------------------------------------- log redaction
+
+
+_AUTH_REQUEST = "SaslAuthenticate"
+"""aiokafka's DEBUG log of every request it sends includes this one's bytes, which carry the
+credentials (``\\0user\\0password`` for PLAIN)."""
+
+
+class _RedactSecrets(logging.Filter):
+    """Removes SASL credentials from records before any handler sees them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(
+            type(a).__name__.startswith(_AUTH_REQUEST) for a in args
+        ):
+            record.args = tuple(
+                f"{type(a).__name__}(<credentials {REDACTED}>)"
+                if type(a).__name__.startswith(_AUTH_REQUEST)
+                else a
+                for a in args
+            )
+        if _SECRETS:
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed record is the handler's problem
+                return True
+            found = [s for s in tuple(_SECRETS) if s in message]
+            if found:
+                for secret in found:
+                    message = message.replace(secret, REDACTED)
+                record.msg, record.args = message, ()
+        return True
+
+
+_REDACT = _RedactSecrets()
+_REDACTED_LOGGERS = ("aiokafka", "events.kafkalog", "scheduler.service", "scheduler.live_cli")
+
+
+def _install_log_redaction() -> None:
+    """Give every aiokafka logger (and ours that talk to Kafka) the redacting filter.
+
+    A logger's filters see only records logged through that logger, not its children's, so
+    each module logger gets it; modules imported later are covered by the next call (every
+    client's ``client_kwargs``)."""
+    names = [n for n in list(logging.Logger.manager.loggerDict) if n.startswith("aiokafka")]
+    for name in ("aiokafka.conn", *names, *_REDACTED_LOGGERS):
+        logger = logging.getLogger(name)
+        if _REDACT not in logger.filters:
+            logger.addFilter(_REDACT)
+
+
+_install_log_redaction()
+
+
 # --------------------------------------------------------------------------- settings
 
 
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
-    """Where the live path's topics are and which domains they hold.
+    """Where the live path's topics are, which domains they hold, and how to connect.
 
     ``domains`` fixes the partition of each scheduling domain in every topic (its index),
-    so every producer and every scheduler must be given the same list.
+    so every producer and every scheduler must be given the same list. ``security``
+    defaults to the ``GPULEDGER_KAFKA_*`` environment (``KafkaSecurity.from_env``).
     """
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     prefix: str = DEFAULT_PREFIX
     domains: tuple[str, ...] = (DEFAULT_DOMAIN,)
+    security: KafkaSecurity = field(default_factory=KafkaSecurity.from_env)
 
     @property
     def intake(self) -> str:
@@ -157,10 +501,16 @@ def shutdown() -> None:
 # --------------------------------------------------------------------------- topics
 
 
-async def create_topics(bootstrap: str, topics: Sequence[tuple[str, int, dict[str, str]]]) -> None:
+async def create_topics(
+    bootstrap: str,
+    topics: Sequence[tuple[str, int, dict[str, str]]],
+    *,
+    security: KafkaSecurity | None = None,
+) -> None:
     """Create ``(name, partitions, configs)`` topics; existing ones are left as they are."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    security = _security(security)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
+    await start_client(admin, bootstrap, security)
     try:
         existing = set(await admin.list_topics())
         new = [
@@ -188,7 +538,8 @@ async def ensure_topics(settings: KafkaSettings) -> None:
     n = len(settings.domains)
     await create_topics(
         settings.bootstrap,
-        [
+        security=settings.security,
+        topics=[
             (settings.intake, n, {}),
             (settings.ledger, n, {}),
             (settings.deadletters, n, {}),
@@ -211,8 +562,12 @@ async def ensure_topics(settings: KafkaSettings) -> None:
 # --------------------------------------------------------------------------- clients
 
 
-def new_consumer(bootstrap: str, **kwargs: Any) -> AIOKafkaConsumer:
-    """A consumer that reads only committed transactions, with large fetches for replay."""
+def new_consumer(
+    bootstrap: str, *, security: KafkaSecurity | None = None, **kwargs: Any
+) -> AIOKafkaConsumer:
+    """A consumer that reads only committed transactions, with large fetches for replay.
+
+    Start it with ``start_client`` for a clear error when the broker refuses it."""
     kwargs.setdefault("enable_auto_commit", False)
     kwargs.setdefault("auto_offset_reset", "earliest")
     return AIOKafkaConsumer(
@@ -220,14 +575,23 @@ def new_consumer(bootstrap: str, **kwargs: Any) -> AIOKafkaConsumer:
         isolation_level="read_committed",
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
+        **_security(security).client_kwargs(),
         **kwargs,
     )
 
 
-def new_producer(bootstrap: str, transactional_id: str | None = None) -> AIOKafkaProducer:
-    """An idempotent producer (transactional when given an id) that batches and compresses."""
+def new_producer(
+    bootstrap: str,
+    transactional_id: str | None = None,
+    *,
+    security: KafkaSecurity | None = None,
+) -> AIOKafkaProducer:
+    """An idempotent producer (transactional when given an id) that batches and compresses.
+
+    Start it with ``start_client`` for a clear error when the broker refuses it."""
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap,
+        **_security(security).client_kwargs(),
         enable_idempotence=True,
         transactional_id=transactional_id,
         compression_type=COMPRESSION,
@@ -238,6 +602,90 @@ def new_producer(bootstrap: str, transactional_id: str | None = None) -> AIOKafk
         transaction_timeout_ms=10_000,
         request_timeout_ms=15_000,
     )
+
+
+async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | None = None) -> None:
+    """``await client.start()`` for any aiokafka client; when it cannot connect, stop it and
+    raise ``KafkaAuthError`` or ``KafkaLogError`` saying why.
+
+    aiokafka's own error is only "Unable to bootstrap" (the reason goes to its log), so on
+    failure one connection is made directly to find it: refused credentials, a SASL or TLS
+    handshake the listener does not speak, or nothing listening."""
+    try:
+        await client.start()
+    except KafkaConnectionError as exc:
+        with contextlib.suppress(Exception):
+            await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
+        raise await diagnose_connection(bootstrap, _security(security), exc) from exc
+
+
+async def diagnose_connection(
+    bootstrap: str, security: KafkaSecurity, original: BaseException | None = None
+) -> KafkaLogError:
+    """Connect to each bootstrap server once and return the error that says what is wrong."""
+    where = f"Kafka at {bootstrap} ({security.describe()})"
+    reason = str(original) if original is not None else "no bootstrap server answered"
+    for host, port, _ in collect_hosts(bootstrap, randomize=False):
+        try:
+            conn = await create_conn(
+                host, port, request_timeout_ms=10_000, **security.client_kwargs()
+            )
+        except SaslAuthenticationFailed as exc:
+            return KafkaAuthError(
+                f"{where}: SASL authentication refused by the broker: {_broker_message(exc)}"
+            )
+        except (UnsupportedSaslMechanismError, IllegalSaslStateError) as exc:
+            return KafkaAuthError(
+                f"{where}: the listener at {host}:{port} refused the SASL handshake "
+                f"({_broker_message(exc)}); does it use {security.security_protocol}?"
+            )
+        except ssl.SSLCertVerificationError as exc:
+            return KafkaLogError(
+                f"{where}: TLS certificate of {host}:{port} not trusted ({exc.verify_message}); "
+                f"check {_option('ssl_cafile')}"
+            )
+        except ssl.SSLError as exc:
+            return KafkaLogError(
+                f"{where}: TLS handshake with {host}:{port} failed ({exc.reason or exc}); "
+                "does the listener use TLS, and does it require a client certificate?"
+            )
+        except (KafkaConnectionError, ConnectionResetError, asyncio.IncompleteReadError) as exc:
+            hint = f"the listener probably does not use {security.security_protocol}"
+            if security.tls:
+                hint += f", or it requires a client certificate ({_FLAGS['ssl_certfile']})"
+            reason = (
+                f"{host}:{port} closed the connection during the handshake "
+                f"({_exc_text(exc)}); {hint}"
+            )
+            continue
+        except (OSError, KafkaError, TimeoutError) as exc:
+            why = getattr(exc, "strerror", None) or _exc_text(exc)
+            reason = f"cannot connect to {host}:{port}: {why}"
+            continue
+        try:
+            await conn.send(MetadataRequest([]))
+        except (KafkaError, TimeoutError, OSError) as exc:
+            # A SASL listener answers ApiVersions unauthenticated, then drops a client that
+            # sends anything but a SASL handshake.
+            reason = (
+                f"{host}:{port} closed the connection on the first request ({_exc_text(exc)}); the "
+                f"listener probably expects SASL or TLS, not {security.security_protocol}"
+            )
+        else:
+            reason = f"{host}:{port} answers now; the first attempt failed: {reason}"
+        finally:
+            conn.close()
+    return KafkaLogError(f"{where}: {reason}")
+
+
+def _broker_message(exc: BaseException) -> str:
+    """The broker's text of a refused handshake, else the error's description."""
+    text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+    return text or getattr(exc, "description", "") or type(exc).__name__
+
+
+def _exc_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 async def end_offset_of(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
@@ -308,18 +756,27 @@ async def _next(it: AsyncIterator[T]) -> T:
 class KafkaReader:
     """Reads one partition of a topic (implements ``LedgerReader``), committed records only."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int = 0) -> None:
-        """Connect; raises ``KafkaLogError`` if the topic or partition does not exist."""
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int = 0,
+        *,
+        security: KafkaSecurity | None = None,
+    ) -> None:
+        """Connect; raises ``KafkaLogError`` if the topic or partition does not exist
+        (``KafkaAuthError`` if the broker refuses the credentials)."""
         self.bootstrap = bootstrap
         self.topic = topic
         self.partition = partition
+        self.security = _security(security)
         self.name = f"kafka://{bootstrap}/{topic}?partition={partition}"
         self._tp = TopicPartition(topic, partition)
         self._consumer = run_sync(self._start_consumer())
 
     async def _start_consumer(self) -> AIOKafkaConsumer:
-        consumer = new_consumer(self.bootstrap)
-        await consumer.start()
+        consumer = new_consumer(self.bootstrap, security=self.security)
+        await start_client(consumer, self.bootstrap, self.security)
         # The consumer's public metadata is only the topics it subscribed to; ask the
         # cluster for all of them to tell a missing partition from an empty one.
         cluster = await consumer._client.fetch_all_metadata()
@@ -411,16 +868,17 @@ class KafkaLedger(KafkaReader):
         *,
         key: str = DEFAULT_DOMAIN,
         transactional_id: str | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         """Connect as the writer of ``topic[partition]``; records are keyed ``key``."""
-        super().__init__(bootstrap, topic, partition)
+        super().__init__(bootstrap, topic, partition, security=security)
         self.key = key.encode()
         self.transactional_id = transactional_id or f"gpuledger.writer.{topic}.{partition}"
         self._producer = run_sync(self._start_producer())
 
     async def _start_producer(self) -> AIOKafkaProducer:
-        producer = new_producer(self.bootstrap, self.transactional_id)
-        await producer.start()
+        producer = new_producer(self.bootstrap, self.transactional_id, security=self.security)
+        await start_client(producer, self.bootstrap, self.security)
         return producer
 
     def append(self, envelopes: Sequence[Envelope]) -> int:
@@ -480,7 +938,9 @@ def parse_url(url: str) -> KafkaUrl:
     partition = int(query.get("partition", ["0"])[0])
     if "domain" in query:
         domains = tuple(query.get("domains", [DEFAULT_DOMAIN])[0].split(","))
-        partition = KafkaSettings(domains=domains).partition(query["domain"][0])
+        partition = KafkaSettings(domains=domains, security=KafkaSecurity()).partition(
+            query["domain"][0]
+        )
     if "." not in topic:
         topic = f"{topic}.ledger"
     return KafkaUrl(bootstrap=parts.netloc, topic=topic, partition=partition)
@@ -491,10 +951,13 @@ def is_kafka_url(src: object) -> bool:
     return isinstance(src, str) and src.startswith("kafka://")
 
 
-def open_kafka_reader(url: str) -> KafkaReader:
-    """A reader over the topic partition a ``kafka://`` URL names."""
+def open_kafka_reader(url: str, *, security: KafkaSecurity | None = None) -> KafkaReader:
+    """A reader over the topic partition a ``kafka://`` URL names.
+
+    The URL carries no credentials: ``security`` defaults to the ``GPULEDGER_KAFKA_*``
+    environment."""
     where = parse_url(url)
-    return KafkaReader(where.bootstrap, where.topic, where.partition)
+    return KafkaReader(where.bootstrap, where.topic, where.partition, security=security)
 
 
 __all__ = [
@@ -502,13 +965,21 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_DOMAIN",
     "DEFAULT_PREFIX",
+    "ENV_PREFIX",
+    "REDACTED",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
     "SNAPSHOT_MAX_BYTES",
+    "KafkaAuthError",
+    "KafkaConfigError",
     "KafkaLedger",
     "KafkaLogError",
     "KafkaReader",
+    "KafkaSecurity",
     "KafkaSettings",
     "KafkaUrl",
     "create_topics",
+    "diagnose_connection",
     "end_offset_of",
     "ensure_topics",
     "envelope_bytes",
@@ -517,8 +988,10 @@ __all__ = [
     "new_producer",
     "open_kafka_reader",
     "parse_url",
+    "read_password_file",
     "read_records",
     "run_sync",
     "shutdown",
+    "start_client",
     "wait_stable",
 ]

@@ -48,4 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under `python -m scheduler.cli` this file runs as `__main__`, whose CliError is not the
+    # `scheduler.cli.CliError` the sub-commands raise: run the importable module's main.
+    from scheduler.cli import main as _main
+
+    sys.exit(_main())

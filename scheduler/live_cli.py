@@ -7,13 +7,14 @@ the scheduler service decides what enters the ledger.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import re
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -22,6 +23,10 @@ from events.kafkalog import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_DOMAIN,
     DEFAULT_PREFIX,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    KafkaLogError,
+    KafkaSecurity,
     KafkaSettings,
     end_offset_of,
     ensure_topics,
@@ -29,6 +34,7 @@ from events.kafkalog import (
     new_producer,
     read_records,
     run_sync,
+    start_client,
 )
 from events.model import Event, JobSubmitted, Tick
 
@@ -43,6 +49,86 @@ def _common(p: argparse.ArgumentParser, *, domain: bool = True) -> None:
     )
     if domain:
         p.add_argument("--domain", default=DEFAULT_DOMAIN, help="scheduling domain")
+    add_security_arguments(p)
+
+
+class _RefusePassword(argparse.Action):
+    """``--sasl-password``: refused without echoing the value (argparse would otherwise take
+    it as an abbreviation of ``--sasl-password-file`` and name the password as a path)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> NoReturn:
+        del namespace, values, option_string  # the value is never looked at, nor echoed
+        parser.error(
+            "--sasl-password is not accepted: a password on the command line is visible to "
+            "other users of the machine; use --sasl-password-file FILE or "
+            "GPULEDGER_KAFKA_SASL_PASSWORD_FILE / GPULEDGER_KAFKA_SASL_PASSWORD"
+        )
+
+
+def add_security_arguments(p: argparse.ArgumentParser) -> None:
+    """The Kafka client's TLS and SASL flags; each defaults to its ``GPULEDGER_KAFKA_*``
+    environment variable (docs/operations.md, "Security")."""
+    g = p.add_argument_group(
+        "Kafka security", "each flag overrides its GPULEDGER_KAFKA_* environment variable"
+    )
+    g.add_argument(
+        "--security-protocol",
+        metavar="PROTOCOL",
+        help=f"{', '.join(SECURITY_PROTOCOLS)} (default PLAINTEXT; env "
+        "GPULEDGER_KAFKA_SECURITY_PROTOCOL)",
+    )
+    g.add_argument(
+        "--sasl-mechanism",
+        metavar="MECHANISM",
+        help=f"{', '.join(SASL_MECHANISMS)} (default PLAIN; env GPULEDGER_KAFKA_SASL_MECHANISM)",
+    )
+    g.add_argument(
+        "--sasl-username", metavar="USER", help="SASL user (env GPULEDGER_KAFKA_SASL_USERNAME)"
+    )
+    g.add_argument(
+        "--sasl-password-file",
+        metavar="FILE",
+        help="file holding the SASL password (env GPULEDGER_KAFKA_SASL_PASSWORD_FILE, or the "
+        "password itself in GPULEDGER_KAFKA_SASL_PASSWORD); there is no flag for the password",
+    )
+    g.add_argument("--sasl-password", nargs="?", action=_RefusePassword, help=argparse.SUPPRESS)
+    g.add_argument(
+        "--ssl-cafile",
+        metavar="FILE",
+        help="PEM CA bundle for the broker's certificate (env GPULEDGER_KAFKA_SSL_CAFILE)",
+    )
+    g.add_argument(
+        "--ssl-certfile",
+        metavar="FILE",
+        help="PEM client certificate for mutual TLS (env GPULEDGER_KAFKA_SSL_CERTFILE)",
+    )
+    g.add_argument(
+        "--ssl-keyfile",
+        metavar="FILE",
+        help="unencrypted PEM key of --ssl-certfile (env GPULEDGER_KAFKA_SSL_KEYFILE)",
+    )
+
+
+def security_of(args: argparse.Namespace) -> KafkaSecurity:
+    """The security flags over the environment; ``CliError`` naming the option if wrong."""
+    try:
+        return KafkaSecurity.from_env(
+            security_protocol=args.security_protocol,
+            sasl_mechanism=args.sasl_mechanism,
+            sasl_username=args.sasl_username,
+            sasl_password_file=args.sasl_password_file,
+            ssl_cafile=args.ssl_cafile,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
+        )
+    except KafkaLogError as exc:
+        raise _cli_error(str(exc)) from None
 
 
 def settings_of(args: argparse.Namespace) -> KafkaSettings:
@@ -51,7 +137,21 @@ def settings_of(args: argparse.Namespace) -> KafkaSettings:
         bootstrap=args.bootstrap,
         prefix=args.prefix,
         domains=tuple(d for d in args.domains.split(",") if d),
+        security=security_of(args),
     )
+
+
+def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report the broker's refusals (credentials, protocol, topics) as one-line CLI errors."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except KafkaLogError as exc:
+            raise _cli_error(str(exc)) from None
+
+    return run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,18 +166,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument("--session-timeout-ms", type=int, default=3000, help="failover detection time")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=_kafka_errors(_run))
 
     clock = sub.add_parser("clock", help="emit tick events to intake at a fixed period")
     _common(clock)
     clock.add_argument("--every", default="10s", help="period, e.g. 500ms, 10s, 1m")
     clock.add_argument("--count", type=int, help="stop after this many ticks")
-    clock.set_defaults(func=_clock)
+    clock.set_defaults(func=_kafka_errors(_clock))
 
     submit = sub.add_parser("submit", help="submit jobs (job_submitted events in YAML) to intake")
     _common(submit)
     submit.add_argument("-f", "--file", required=True, help="job.yaml: one job or {jobs: [...]}")
-    submit.set_defaults(func=_submit)
+    submit.set_defaults(func=_kafka_errors(_submit))
 
     for noun, helptext in (("queues", "queues.yaml"), ("nodes", "cluster.yaml")):
         p = sub.add_parser(noun, help=f"send {noun} from {helptext} to intake")
@@ -85,17 +185,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         a = c.add_parser("apply", help=f"send the {noun} of {helptext} to intake")
         _common(a)
         a.add_argument("-f", "--file", required=True, help=helptext)
-        a.set_defaults(func=_apply, noun=noun)
+        a.set_defaults(func=_kafka_errors(_apply), noun=noun)
 
     dlq = sub.add_parser("dlq", help="list or re-submit dead letters")
     dc = dlq.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     ls = dc.add_parser("list", help="print dead letters as JSON Lines")
     _common(ls)
-    ls.set_defaults(func=_dlq_list)
+    ls.set_defaults(func=_kafka_errors(_dlq_list))
     rp = dc.add_parser("replay", help="send dead letters back to intake")
     _common(rp)
     rp.add_argument("--offset", type=int, action="append", help="only these dead-letter offsets")
-    rp.set_defaults(func=_dlq_replay)
+    rp.set_defaults(func=_kafka_errors(_dlq_replay))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -120,8 +220,8 @@ def send_intake(settings: KafkaSettings, domain: str, values: Sequence[bytes]) -
 
     async def go() -> list[int]:
         await ensure_topics(settings)
-        producer = new_producer(settings.bootstrap)
-        await producer.start()
+        producer = new_producer(settings.bootstrap, security=settings.security)
+        await start_client(producer, settings.bootstrap, settings.security)
         try:
             futures = [
                 await producer.send(settings.intake, v, key=domain.encode(), partition=partition)
@@ -229,8 +329,8 @@ def read_dead_letters(settings: KafkaSettings, domain: str) -> list[tuple[int, A
     tp = TopicPartition(settings.deadletters, settings.partition(domain))
 
     async def go() -> list[tuple[int, Any]]:
-        consumer = new_consumer(settings.bootstrap)
-        await consumer.start()
+        consumer = new_consumer(settings.bootstrap, security=settings.security)
+        await start_client(consumer, settings.bootstrap, settings.security)
         try:
             consumer.assign([tp])
             out = []

@@ -58,6 +58,7 @@ from events.kafkalog import (
     new_consumer,
     new_producer,
     read_records,
+    start_client,
 )
 from events.model import PodsAllocated, tag_of
 from scheduler.core import State, apply, cycle, fair_shares
@@ -288,13 +289,14 @@ class SchedulerService:
             server = await asyncio.start_server(self._serve_metrics, "127.0.0.1", cfg.metrics_port)
         self._consumer = new_consumer(
             s.bootstrap,
+            security=s.security,
             group_id=s.transactional_id(cfg.domain),
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=max(cfg.session_timeout_ms // 6, 100),
             max_poll_interval_ms=60_000,
             rebalance_timeout_ms=cfg.session_timeout_ms * 2,
         )
-        await self._consumer.start()
+        await start_client(self._consumer, s.bootstrap, s.security)
         self._consumer.subscribe([s.intake], listener=_Listener(self))
         try:
             while not stop.is_set():
@@ -323,9 +325,12 @@ class SchedulerService:
         cfg = self.config
         s = cfg.settings
         started = time.perf_counter()
-        self._producer = new_producer(s.bootstrap, s.transactional_id(cfg.domain))
+        self._producer = new_producer(
+            s.bootstrap, s.transactional_id(cfg.domain), security=s.security
+        )
         self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # snapshots
-        await self._producer.start()  # init_transactions: fences and aborts a zombie
+        # init_transactions: fences and aborts a zombie
+        await start_client(self._producer, s.bootstrap, s.security)
         self.state, self.ledger_next, self.intake_next, self.records = await self.restore()
         self.records_since_snapshot = 0
         self._consumer.seek(self.tp, self.intake_next)
@@ -341,8 +346,8 @@ class SchedulerService:
     async def restore(self) -> tuple[State, int, int, int]:
         """Latest snapshot + ledger tail → (state, ledger_next, intake_next, records)."""
         s = self.config.settings
-        reader = new_consumer(s.bootstrap)
-        await reader.start()
+        reader = new_consumer(s.bootstrap, security=s.security)
+        await start_client(reader, s.bootstrap, s.security)
         try:
             state, ledger_next, intake_next, records = State(), 0, 0, 0
             snap_tp = TopicPartition(s.snapshots, self.partition)
@@ -558,7 +563,10 @@ class SchedulerService:
 
 
 def run_service(config: ServiceConfig) -> int:
-    """Run until SIGTERM/SIGINT; exit status 0, or 3 when fenced by a newer owner."""
+    """Run until SIGTERM/SIGINT; exit status 0, or 3 when fenced by a newer owner.
+
+    Raises ``KafkaLogError`` (``KafkaAuthError`` for refused credentials) when it cannot
+    connect at start."""
 
     async def main() -> int:
         stop = asyncio.Event()

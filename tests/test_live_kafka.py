@@ -117,7 +117,7 @@ def read_all(s: KafkaSettings, topic: str) -> list[tuple[int, bytes, dict[str, b
     tp = TopicPartition(topic, 0)
 
     async def go() -> list[tuple[int, bytes, dict[str, bytes]]]:
-        c = new_consumer(s.bootstrap)
+        c = new_consumer(s.bootstrap, security=s.security)
         await c.start()
         try:
             c.assign([tp])
@@ -183,7 +183,7 @@ def job(name: str, queue: str = "train", gpus: int = 1000, pods: int = 1) -> Job
 def assert_exactly_once_and_replays(s: KafkaSettings) -> None:
     intake = [v for _, v, _ in read_all(s, s.intake)]
     assert ledger_inputs(s) == intake, "every intake record in the ledger exactly once, in order"
-    with KafkaReader(s.bootstrap, s.ledger) as reader:
+    with KafkaReader(s.bootstrap, s.ledger, security=s.security) as reader:
         result = replay(reader)
     assert result.ok, result.mismatch and result.mismatch.diff()
     assert result.inputs == len(intake)
