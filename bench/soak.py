@@ -1,6 +1,10 @@
 """Soak: the demo workload at ten times its arrival rate, bounded in simulated time.
 
     python -m bench.soak [--factor 10] [--hours 12]
+    python -m bench.soak --kafka [--minutes 3.5] [--rate 100] [--window 15]
+
+With ``--kafka`` it soaks the live path instead: the real scheduler service on the real
+broker, in wall-clock time (``bench/kafka_soak.py``).
 
 Every generator's arrivals are multiplied by ``factor`` for the first half of the run (the
 burst), then return to normal. Per simulated hour it prints the events, cycle latency
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from events.kafkalog import DEFAULT_BOOTSTRAP
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, Periodic, Poisson, QueuesFile, WorkloadFile, load
 from replay.examples import EXAMPLES
@@ -50,7 +55,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak")
     parser.add_argument("--factor", type=float, default=10.0)
     parser.add_argument("--hours", type=float, default=12.0)
+    kafka = parser.add_argument_group("live path (--kafka)")
+    kafka.add_argument("--kafka", action="store_true", help="soak the scheduler service on Kafka")
+    kafka.add_argument("--minutes", type=float, default=3.5, help="wall-clock length")
+    kafka.add_argument("--rate", type=float, default=100.0, help="normal job submissions/s")
+    kafka.add_argument("--window", type=float, default=15.0, help="seconds per table row")
+    kafka.add_argument("--max-batch", type=int, help="the scheduler's --max-batch (its default)")
+    kafka.add_argument("--snapshot-every", type=int, help="the scheduler's --snapshot-every")
+    kafka.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="Kafka bootstrap servers")
+    kafka.add_argument("--json", default="out/soak-kafka.json", help="where to write the figures")
     args = parser.parse_args(argv)
+    if args.kafka:
+        from bench.kafka_soak import main as kafka_soak  # noqa: PLC0415  # needs the broker
+
+        return kafka_soak(args)
     example = EXAMPLES["demo"]
     horizon = args.hours * 3600
     workload = _faster(
