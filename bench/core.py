@@ -1,160 +1,46 @@
-"""Scheduling-cycle benchmarks on the pure core with realistic state (issue 8's targets).
+"""Core benchmarks at cluster scale, against issue 8's targets.
 
-    python -m bench.core [--quick]
+    python -m bench.core [--quick] [--json out/bench/core.json]
 
-Builds a cluster (nodes x 8 GPUs), a 3-level tree of 50 queues, running pods and pending
-jobs through the core itself, then times cycles that follow one new submission and one
-finished pod each, under ``gpuledger`` and ``fifo``.
+Each case runs in its own process (so its peak RSS is its own) on a state laid out by
+``bench.cluster.packed`` over the 50-queue tree, under ``gpuledger`` and under ``fifo``
+as a yardstick measured in the same run:
+
+``cycle-1000``  1,000 nodes x 8 GPUs, 20,000 running pods, 5,000 pending jobs: the time of
+                a cycle after one pod finished and one job arrived (p50 and p99 of 30)
+``cycle-4000``  4,000 nodes, 140,000 running pods, 20,000 pending jobs: the same, and the
+                process's peak RSS holding that state
+``fill``        an empty 500-node cluster filled by 4,000 single-GPU jobs in one cycle
+``reclaim``     one 250 x 8-GPU gang (2,000 GPUs) arriving on a full 1,000-node cluster
+                in a queue under its quota: the cycle that reclaims room for it
+
+Nothing asserts: figures, their targets and ratios (target / figure for times, figure /
+target for rates; >= 1 meets the target) are printed as a table and written as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from events.model import (
-    JobSubmitted,
-    NodeRegistered,
-    PodFinished,
-    PodSpec,
-    PodStarted,
-    QueueConfigured,
-)
-from replay.config import policy_event
+import msgspec
+
+from bench.cluster import packed, running_pods, tree
+from events.model import JobPreempted, JobSubmitted, PodFinished, PodSpec, QueueConfigured
+from projections.report import render_table
 from scheduler.core import State, apply, cycle
 
-
-def tree() -> list[QueueConfigured]:
-    """5 top queues x 3 departments x 2 or 3 teams: 50 queues, 32 leaves."""
-    queues: list[QueueConfigured] = []
-    leaves = 0
-    for t in range(5):
-        top = f"org{t}"
-        queues.append(QueueConfigured(queue=top, deserved_gpu_percent=20, over_quota_weight=1))
-        for d in range(3):
-            dept = f"{top}-d{d}"
-            queues.append(QueueConfigured(queue=dept, parent=top, deserved_gpu_percent=30))
-            for k in range(2 if (t + d) % 2 else 3):
-                if len(queues) >= 50:
-                    break
-                queues.append(
-                    QueueConfigured(
-                        queue=f"{dept}-t{k}", parent=dept, deserved_gpu_percent=33,
-                        over_quota_weight=1 + k,
-                    )
-                )  # fmt: skip
-                leaves += 1
-    return queues[:50]
-
-
-def build(nodes: int, running_pods: int, pending_jobs: int, policy: str) -> tuple[State, list[str]]:
-    """A state with ``running_pods`` placed and ``pending_jobs`` waiting."""
-    rng = random.Random(7)
-    state = State()
-    apply(state, policy_event(policy), 0)
-    for q in tree():
-        apply(state, q, 0)
-    for i in range(nodes):
-        apply(state, NodeRegistered(node=f"n{i:05d}", gpus=8, labels={"rack": f"r{i // 32}"}), 0)
-    leaves = [q.name for q in state.leaf_queues()]
-    now = 1000
-    placed = 0
-    seq = 0
-    # fill: submit single- and few-pod jobs and let cycles place them
-    while placed < running_pods:
-        batch = []
-        for _ in range(200):
-            size = rng.choice((1, 1, 1, 2, 4))
-            gpus = rng.choice((250, 250, 500, 500, 1000))
-            seq += 1
-            batch.append(
-                JobSubmitted(
-                    job=f"run-{seq}", queue=rng.choice(leaves),
-                    pods=tuple(PodSpec(name=f"run-{seq}-{k}", gpu_milli=gpus) for k in range(size)),
-                    expected_runtime_ms=rng.randint(600, 36000) * 1000,
-                )
-            )  # fmt: skip
-        for event in batch:
-            apply(state, event, now)
-        cycle(state, now)
-        before = placed
-        placed = sum(len(j.placements) for j in state.jobs.values())
-        if placed == before:
-            break
-        now += 1000
-    for job in list(state.jobs.values()):
-        for pod in job.placements:
-            apply(state, PodStarted(job=job.job, pod=pod), now)
-    # pending: too big to fit now
-    for i in range(pending_jobs):
-        size = rng.choice((1, 2, 4, 8))
-        apply(
-            state,
-            JobSubmitted(
-                job=f"wait-{i}", queue=rng.choice(leaves),
-                pods=tuple(PodSpec(name=f"wait-{i}-{k}", gpu_milli=8000) for k in range(size)),
-                expected_runtime_ms=3_600_000,
-            ),
-            now,
-        )  # fmt: skip
-    cycle(state, now)
-    running = [j.job for j in state.jobs.values() if j.placements]
-    return state, running
-
-
-def time_cycles(state: State, running: list[str], count: int) -> list[float]:
-    """Seconds per cycle, each after one finished pod and one new submission."""
-    rng = random.Random(11)
-    now = state.now + 1000
-    out: list[float] = []
-    for i in range(count):
-        job = state.jobs[rng.choice(running)]
-        if job.placements:
-            pod = next(iter(job.placements))
-            apply(state, PodFinished(job=job.job, pod=pod), now)
-        leaves = [q.name for q in state.leaf_queues()]
-        apply(
-            state,
-            JobSubmitted(job=f"new-{i}", queue=rng.choice(leaves),
-                         pods=(PodSpec(name=f"new-{i}-0", gpu_milli=1000),)),
-            now,
-        )  # fmt: skip
-        gc.disable()
-        started = time.perf_counter()
-        cycle(state, now)
-        out.append(time.perf_counter() - started)
-        gc.enable()
-        now += 1000
-    return out
-
-
-def fill_rate(nodes: int, jobs: int) -> float:
-    """Placements per second filling an empty cluster with single-GPU jobs in one cycle."""
-    state = State()
-    apply(state, policy_event("gpuledger"), 0)
-    for q in tree():
-        apply(state, q, 0)
-    for i in range(nodes):
-        apply(state, NodeRegistered(node=f"n{i:05d}", gpus=8), 0)
-    leaves = [q.name for q in state.leaf_queues()]
-    for i in range(jobs):
-        apply(
-            state,
-            JobSubmitted(job=f"f{i}", queue=leaves[i % len(leaves)],
-                         pods=(PodSpec(name=f"f{i}-0", gpu_milli=1000),)),
-            0,
-        )  # fmt: skip
-    started = time.perf_counter()
-    decisions = cycle(state, 1)
-    elapsed = time.perf_counter() - started
-    return (len(decisions) - 1) / elapsed
+POLICIES = ("gpuledger", "fifo")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -162,39 +48,193 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed(state: State, now: int) -> tuple[float, list[Any]]:
+    gc.disable()
+    started = time.perf_counter()
+    decisions = cycle(state, now)
+    elapsed = time.perf_counter() - started
+    gc.enable()
+    return elapsed, decisions
+
+
+def steady_cycles(state: State, count: int) -> list[float]:
+    """Seconds per cycle, each after one finished pod and one new submission."""
+    rng = random.Random(11)
+    now = state.now + 1000
+    cycle(state, now)  # the first cycle checks every arrival once: not the steady state
+    running = sorted(j.job for j in state.jobs.values() if j.live())
+    leaves = [q.name for q in state.leaf_queues()]
+    out: list[float] = []
+    for i in range(count):
+        now += 1000
+        job = state.jobs[rng.choice(running)]
+        live = job.live()
+        if live:
+            apply(state, PodFinished(job=job.job, pod=live[0].pod), now)
+        pod = PodSpec(name=f"new-{i}-0", gpu_milli=rng.choice((250, 1000, 8000)))
+        apply(state, JobSubmitted(job=f"new-{i}", queue=rng.choice(leaves), pods=(pod,)), now)
+        elapsed, _ = _timed(state, now)
+        out.append(elapsed)
+    return out
+
+
+def case_cycle(nodes: int, pods: int, pending: int, policy: str, count: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    state = packed(nodes, pods, pending, policy)
+    built = time.perf_counter() - t0
+    times = steady_cycles(state, count)
+    return {
+        "nodes": len(state.nodes),
+        "running_pods": running_pods(state),
+        "pending_jobs": len(state.pending),
+        "p50_ms": 1000 * statistics.median(times),
+        "p99_ms": 1000 * percentile(times, 0.99),
+        "built_s": built,
+        "rss_mib": peak_rss_mib(),
+    }
+
+
+def case_fill(nodes: int, jobs: int, policy: str) -> dict[str, Any]:
+    state = packed(nodes, 0, 0, policy, free_share=1.0, gang_nodes=0.0)
+    leaves = [q.name for q in state.leaf_queues()]
+    for i in range(jobs):
+        pod = PodSpec(name=f"f{i}-0", gpu_milli=1000)
+        apply(state, JobSubmitted(job=f"f{i}", queue=leaves[i % len(leaves)], pods=(pod,)), 1)
+    elapsed, decisions = _timed(state, 2)
+    placed = sum(len(j.live()) for j in state.jobs.values())
+    return {"placed": placed, "seconds": elapsed, "per_s": placed / elapsed,
+            "decisions": len(decisions)}  # fmt: skip
+
+
+def reclaim_queues() -> list[QueueConfigured]:
+    """The 50-queue tree at 14 % per organisation, beside ``flagship`` deserving 30 %."""
+    queues = [
+        msgspec.structs.replace(q, deserved_gpu_percent=14) if q.parent is None else q
+        for q in tree()
+    ]
+    return [*queues, QueueConfigured(queue="flagship", deserved_gpu_percent=30)]
+
+
+def case_reclaim(nodes: int, gang_pods: int, policy: str) -> dict[str, Any]:
+    state = packed(
+        nodes, nodes * 20, 0, policy, free_share=0.0, queues=reclaim_queues(), idle=("flagship",)
+    )
+    now = state.now + 1000
+    cycle(state, now)
+    now += 1000
+    pods = tuple(PodSpec(name=f"flag-{k}", gpu_milli=8000) for k in range(gang_pods))
+    apply(state, JobSubmitted(job="flag", queue="flagship", pods=pods), now)
+    elapsed, decisions = _timed(state, now)
+    victims = [d for d in decisions if isinstance(d, JobPreempted)]
+    flag = state.jobs["flag"]
+    return {
+        "gang_gpus": gang_pods * 8,
+        "running_pods_before": nodes * 20,
+        "seconds": elapsed,
+        "victims": len(victims),
+        "victim_pods": sum(len(v.pods) for v in victims),
+        "gang_placed": len(flag.placements) == gang_pods,
+    }
+
+
+CASES = ("cycle-1000", "cycle-4000", "fill", "reclaim")
+
+
+def run_case(name: str, policy: str, scale: float) -> dict[str, Any]:
+    def n(x: int) -> int:
+        return max(1, int(x * scale))
+
+    match name:
+        case "cycle-1000":
+            return case_cycle(n(1000), n(20000), n(5000), policy, 30)
+        case "cycle-4000":
+            return case_cycle(n(4000), n(140000), n(20000), policy, 20)
+        case "fill":
+            return case_fill(n(500), n(4000), policy)
+        case "reclaim":
+            return case_reclaim(n(1000), n(250), policy)
+    raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)}")
+
+
+def _in_subprocess(name: str, policy: str, quick: bool) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.core", "--case", name, "--policy", policy]
+    if quick:
+        cmd.append("--quick")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def figures(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The issue's figures: (what, gpuledger, fifo, target, ratio, unit)."""
+    rows: list[dict[str, Any]] = []
+
+    def add(what: str, key: str, case: str, target: float, unit: str, rate: bool) -> None:
+        ours = results[case]["gpuledger"][key]
+        fifo = results[case]["fifo"].get(key)
+        ratio = ours / target if rate else target / max(ours, 1e-9)
+        rows.append({"figure": what, "gpuledger": ours, "fifo": fifo, "target": target,
+                     "unit": unit, "ratio": ratio, "meets": ratio >= 1})  # fmt: skip
+
+    c1, c4 = results["cycle-1000"]["gpuledger"], results["cycle-4000"]["gpuledger"]
+    shape1 = f"{c1['nodes']} nodes, {c1['running_pods']} pods, {c1['pending_jobs']} pending"
+    shape4 = f"{c4['nodes']} nodes, {c4['running_pods']} pods, {c4['pending_jobs']} pending"
+    add(f"cycle p50 ({shape1})", "p50_ms", "cycle-1000", 100, "ms", False)
+    add(f"cycle p99 ({shape1})", "p99_ms", "cycle-1000", 300, "ms", False)
+    add(f"cycle p50 ({shape4})", "p50_ms", "cycle-4000", 1000, "ms", False)
+    add(f"cycle p99 ({shape4})", "p99_ms", "cycle-4000", 1000, "ms", False)
+    add(f"peak RSS holding {shape4}", "rss_mib", "cycle-4000", 1024, "MiB", False)
+    fill = results["fill"]["gpuledger"]
+    add(f"fill: {fill['placed']} placements on an empty cluster", "per_s", "fill", 5000,
+        "placements/s", True)  # fmt: skip
+    rec = results["reclaim"]["gpuledger"]
+    add(
+        f"reclaim for a {rec['gang_gpus']}-GPU gang on a full cluster "
+        f"({rec['victims']} victims, placed: {rec['gang_placed']})",
+        "seconds", "reclaim", 1.0, "s", False,
+    )  # fmt: skip
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.core")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a fifth of every size")
+    parser.add_argument("--case", choices=CASES, help="run one case here, print JSON")
+    parser.add_argument("--policy", default="gpuledger", choices=POLICIES)
+    parser.add_argument("--json", type=Path, default=Path("out/bench/core.json"))
     args = parser.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
-    rows: list[dict[str, Any]] = []
-    for policy in ("gpuledger", "fifo"):
-        t0 = time.perf_counter()
-        state, running = build(int(1000 * scale), int(20000 * scale), int(5000 * scale), policy)
-        built = time.perf_counter() - t0
-        times = time_cycles(state, running, 30)
-        rows.append(
-            {
-                "benchmark": f"cycle, {len(state.nodes)} nodes, "
-                f"{sum(len(j.placements) for j in state.jobs.values())} running pods, "
-                f"{len(state.pending)} pending jobs",
-                "policy": policy,
-                "p50_ms": 1000 * statistics.median(times),
-                "p99_ms": 1000 * percentile(times, 0.99),
-                "built_s": built,
-            }
-        )
-        print(rows[-1], file=sys.stderr)
-    rate = fill_rate(int(500 * scale) or 1, int(4000 * scale))
-    print(f"fill: {rate:,.0f} placements/s (target >= 5,000)")
-    for row in rows:
-        print(
-            f"{row['benchmark']} [{row['policy']}]: p50 {row['p50_ms']:.1f} ms "
-            f"(target <= 100, ratio {100 / row['p50_ms']:.2f}), p99 {row['p99_ms']:.1f} ms "
-            f"(target <= 300, ratio {300 / row['p99_ms']:.2f}); built in {row['built_s']:.1f} s"
-        )
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"max RSS {rss:.0f} MiB")
+    if args.case:
+        print(json.dumps(run_case(args.case, args.policy, scale)))
+        return 0
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in CASES:
+        results[name] = {}
+        for policy in POLICIES:
+            started = time.perf_counter()
+            results[name][policy] = _in_subprocess(name, policy, args.quick)
+            took = time.perf_counter() - started
+            print(f"  {name} [{policy}] done in {took:.0f} s", file=sys.stderr, flush=True)
+    rows = figures(results)
+    shown = [
+        {
+            "figure": r["figure"],
+            "gpuledger": f"{r['gpuledger']:,.1f} {r['unit']}",
+            "fifo": "" if r["fifo"] is None else f"{r['fifo']:,.1f} {r['unit']}",
+            "target": f"{'>=' if r['unit'] == 'placements/s' else '<='} {r['target']:,}",
+            "ratio": f"{r['ratio']:.2f}",
+            "meets": "yes" if r["meets"] else "NO",
+        }
+        for r in rows
+    ]
+    print(render_table(shown, ["figure", "gpuledger", "fifo", "target", "ratio", "meets"]))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"figures": rows, "cases": results}, indent=2))
+    print(f"(JSON: {args.json})")
     return 0
 
 

@@ -21,8 +21,9 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
+import heapq
 from bisect import insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from events.model import (
@@ -275,7 +276,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
     failed: list[tuple[int, int, bool]] = []
     leaves = [q for q in state.leaf_queues() if q.pending]
     backfill = state.config.backfill
-    running: RunningEnds | None = None
+    running = RunningEnds(state)
     order: dict[str, tuple[int, int, int, int, int, str]] = {}
     victims = Victims(state)
     # Reservations of plain gangs by shape: the same shape on the same nodes reserves the
@@ -307,8 +308,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
         if reason is None and _try_job(
             state, queue, job, shares, emit, reservations, failed, victims, head=head
         ):
-            if running is not None:
-                running.add(state, job)
+            running.add(job)
             _note_placed(state, job, shares)
             order = {}
             planned.clear()
@@ -328,17 +328,22 @@ def _gang_policy(state: State, emit: Emit) -> None:
             # Held back by a limit or quota (it reserves no nodes), or no backfill.
             _note_reason(job, reason or _capacity_reason(state, job), emit)
             continue
-        if running is None:
-            running = RunningEnds.of(state)
         shape = _reservation_shape(job, victims)
-        if shape is not None and shape in planned:
-            reservation = planned[shape]
+        size = _uniform_size(job) if shape is not None else None
+        if size is not None and ("size", size, len(job.pods)) not in planned:
+            # One walk through the running jobs serves every gang of this pod size.
+            planned.update(_reserve_sizes(state, size, _uniform_gangs(state, size), running))
+        key = ("size", size, len(job.pods)) if size is not None else shape
+        if key is not None and key in planned:
+            reservation = planned[key]
             if reservation is not None:
                 reservation = Reservation(job.job, reservation.start, reservation.nodes)
+                if state.now < reservation.start < NEVER:
+                    _wake(state, reservation.start)
         else:
             reservation = _reserve(state, job, running, victims)
-            if shape is not None:
-                planned[shape] = reservation
+            if key is not None:
+                planned[key] = reservation
         if reservation is not None:
             reservations.append(reservation)
             start = reservation.start
@@ -531,26 +536,50 @@ class RunningEnds:
     """Expected ends of the running jobs, sorted, built once per cycle for reservations.
 
     Jobs placed later in the cycle are added as they are placed; jobs evicted are skipped
-    when read (they are no longer active).
+    when read (they are no longer active). Two orders, each built on first use: every
+    job, and only the jobs holding GPUs — releasing a CPU-only pod changes nothing for a
+    gang that asks only for GPUs, and need not be walked past.
     """
 
-    items: list[tuple[int, int, str]]
+    state: State
+    every: list[tuple[int, int, str]] | None = None
+    gpu_holders: list[tuple[int, int, str]] | None = None
 
-    @classmethod
-    def of(cls, state: State) -> RunningEnds:
-        """Every active job with its expected end (NEVER without an expected runtime)."""
-        items = [
-            (_expected_end(state, state.jobs[job_id]), state.jobs[job_id].seq, job_id)
-            for leaf in state.leaf_queues()
-            for job_id in leaf.active
-            if state.jobs[job_id].status in ACTIVE
-        ]
-        items.sort()
-        return cls(items)
+    def ordered(self, gpus_only: bool) -> list[tuple[int, int, str]]:
+        """(expected end, seq, job) of the active jobs (holding GPUs, if ``gpus_only``)."""
+        found = self.gpu_holders if gpus_only else self.every
+        if found is None:
+            state = self.state
+            now = state.now
+            jobs = state.jobs
+            found = []
+            for leaf in state.leaf_queues():
+                for job_id in leaf.active:
+                    job = jobs[job_id]
+                    if job.status not in ACTIVE or (gpus_only and not job.request[0]):
+                        continue  # request counts a GPU-memory pod as a device
+                    runtime = job.expected_runtime_ms  # _expected_end, inlined
+                    if runtime is None:
+                        end = NEVER
+                    else:
+                        began = job.started_at if job.started_at is not None else now
+                        end = began + runtime - job.checkpointed_ms
+                        end = max(end, now)
+                    found.append((end, job.seq, job_id))
+            found.sort()
+            if gpus_only:
+                self.gpu_holders = found
+            else:
+                self.every = found
+        return found
 
-    def add(self, state: State, job: Job) -> None:
+    def add(self, job: Job) -> None:
         """A job placed during the cycle."""
-        insort(self.items, (_expected_end(state, job), job.seq, job.job))
+        item = (_expected_end(self.state, job), job.seq, job.job)
+        if self.every is not None:
+            insort(self.every, item)
+        if self.gpu_holders is not None and job.request[0]:
+            insort(self.gpu_holders, item)
 
 
 def _expected_end(state: State, job: Job) -> int:
@@ -570,6 +599,88 @@ def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:
         job.min_members,
         tuple(sorted(job.min_per_group.items())),
     )
+
+
+def _uniform_size(job: Job) -> int | None:
+    """The pod size of a plain gang (see ``_reservation_shape``) whose pods are all alike
+    and all required, or None."""
+    size = job.pods[0].gpu_milli
+    if size <= 0 or job.min_per_group or job.min_members not in (0, len(job.pods)):
+        return None
+    if any(p.gpu_milli != size or p.group for p in job.pods):
+        return None
+    return size
+
+
+def _uniform_gangs(state: State, size: int) -> dict[int, Job]:
+    """A pending plain gang of ``size``-milli-GPU pods for each gang size waiting."""
+    found: dict[int, Job] = {}
+    jobs = state.jobs
+    for leaf in state.leaf_queues():
+        for _, _, job_id in leaf.pending:
+            job = jobs[job_id]
+            count = len(job.pods)
+            if (
+                count not in found
+                and not job.placements
+                and _gang_shape(job, False)
+                and _uniform_size(job) == size
+            ):
+                found[count] = job
+    return found
+
+
+def _reserve_sizes(
+    state: State, size: int, gangs: dict[int, Job], running: RunningEnds
+) -> dict[tuple[object, ...], Reservation | None]:
+    """``_reserve`` for gangs of ``size``-milli-GPU pods, every gang size in one walk.
+
+    Placement is greedy pod by pod, so where a gang of n such pods fits, its first m < n
+    pods land exactly where a gang of m would: a smaller gang fits at least as early and
+    on those very nodes. The running jobs are released once, in the order ``_reserve``
+    uses; at each release the smallest gangs not yet placed are tried while they fit,
+    from the point where the same cheap bounds ``_reserve`` uses would let them be tried.
+    The results are what ``_reserve`` gives each gang (with no job backfilled under it).
+    """
+    index = state.free_index()
+    stmt = Statement(state.nodes, index=index)
+    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    bound = index.slots_at_most(size)
+    counts = sorted(gangs)
+    found: dict[tuple[object, ...], Reservation | None] = {
+        ("size", size, count): None for count in counts
+    }
+    jobs = state.jobs
+    nodes = state.nodes
+    waiting = 0  # counts[waiting] is the smallest gang not placed yet
+    for end, _, job_id in running.ordered(True):
+        other = jobs[job_id]
+        if other.status not in ACTIVE:
+            continue
+        before: dict[str, int] = {}
+        for placement in other.live():
+            node = nodes.get(placement.node)
+            if node is not None:
+                before.setdefault(node.name, node.free_gpu_milli)
+            free += sum(slot.milli for slot in placement.gpus)
+        stmt.evict(other)
+        for name, was in before.items():
+            bound += nodes[name].free_gpu_milli // size - was // size
+        while waiting < len(counts):
+            count = counts[waiting]
+            if free < count * size or bound < count:
+                break
+            point = stmt.checkpoint()
+            placed = stmt.place_gang(gangs[count])
+            if placed is None:
+                break
+            stmt.rollback(point)
+            found[("size", size, count)] = Reservation("", end, {p.node: None for p in placed})
+            waiting += 1
+        if waiting == len(counts):
+            break
+    stmt.undo_all()
+    return found
 
 
 def _reserve(state: State, job: Job, running: RunningEnds, victims: Victims) -> Reservation | None:
@@ -601,7 +712,8 @@ def _reserve(state: State, job: Job, running: RunningEnds, victims: Victims) -> 
     extra: dict[str, int] = {}
     bound = index.slots_at_most(pod_size) if pod_size > 0 else 0
     nodes = state.nodes
-    for end, _, job_id in running.items:
+    gpus_only = not any(p.cpu_milli or p.memory_mib for p in job.pods)
+    for end, _, job_id in running.ordered(gpus_only):
         other = jobs[job_id]
         if other.status not in ACTIVE or job_id in given_way:
             continue  # evicted earlier in this cycle, or already counted as free
@@ -629,7 +741,9 @@ def _reserve(state: State, job: Job, running: RunningEnds, victims: Victims) -> 
             reservation = Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
             break
     stmt.undo_all()
-    if reservation is not None and reservation.start != NEVER:
+    if reservation is not None and state.now < reservation.start < NEVER:
+        # Due later: a cycle then. Due now (held by overrunning jobs): their ends are
+        # events, so waking every cycle until then would only repeat this one.
         _wake(state, reservation.start)
     return reservation
 
@@ -669,48 +783,68 @@ def _shape(pods: list[PodSpec]) -> str:
 
 @dataclass(slots=True)
 class Victims:
-    """The running preemptible jobs in victim order (least lost work first), for a cycle.
+    """Running preemptible jobs in victim order (least lost work first), per leaf queue,
+    worked out for a cycle only where a rule asks.
 
-    Built on first use and kept for the whole cycle: within it ``now`` is fixed, so a
-    job's order key is too; jobs placed in the cycle are never victims in it (they are
-    protected), and jobs evicted in it are skipped when read (no longer active). Only a
-    consolidation, which moves jobs, makes it stale (``reset``). Each rule filters this one
-    sorted list instead of sorting its own.
+    Within a cycle ``now`` is fixed, so a job's order key is too; jobs placed in the cycle
+    are never victims in it (they are protected), and jobs evicted in it are skipped when
+    read (no longer active). Only a consolidation, which moves jobs, makes the lists
+    stale (``reset``). A leaf's list is sorted the first time a rule takes victims from it,
+    so a cycle that reclaims from a few queues does not order the whole cluster.
     """
 
     state: State
-    ordered: list[Job] | None = None
+    leaves: dict[str, list[tuple[int, int, int, str, Job, int]]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)
-    under: dict[str, list[Job]] = field(default_factory=dict)
+    under: dict[str, list[Job]] | None = None
     """Jobs backfilled under each reservation holder, in victim order."""
 
-    def jobs(self) -> list[Job]:
-        """Every preemptible job holding resources, cheapest victim first."""
-        if self.ordered is None:
+    def keyed(self, leaf: str) -> list[tuple[int, int, int, str, Job, int]]:
+        """The leaf's preemptible active jobs, sorted by their order keys (those of
+        ``_victim_order``; the job id breaks every tie), each with the GPUs it holds."""
+        found = self.leaves.get(leaf)
+        if found is None:
             state = self.state
             jobs = state.jobs
             now = state.now
             held = self.held
-            keyed: list[tuple[int, int, int, str, Job]] = []
-            for leaf in state.leaf_queues():
-                for job_id in leaf.active:
-                    job = jobs[job_id]
-                    if job.preemptible:
+            found = []
+            queue = state.queues.get(leaf)
+            for job_id in queue.active if queue is not None else ():
+                job = jobs[job_id]
+                if job.preemptible:
+                    gpu = held.get(job_id)
+                    if gpu is None:
                         gpu = held[job_id] = _held_gpu(job)
+                    started = job.started_at
+                    lost = 0
+                    if started is not None and now > started:
                         lost, _ = lost_work(job, now, gpu)
-                        keyed.append((lost, -(job.started_at or now), -job.seq, job_id, job))
-            keyed.sort()  # as _victim_order: the job id breaks every tie
-            pool = [item[4] for item in keyed]
-            self.ordered = pool
-            self.under = {}
-            for job in pool:
-                if job.backfill_for:
-                    self.under.setdefault(job.backfill_for, []).append(job)
-        return self.ordered
+                    found.append((lost, -(started or now), -job.seq, job_id, job, gpu))
+            found.sort()
+            self.leaves[leaf] = found
+        return found
+
+    def of(self, leaves: Iterable[str]) -> Iterator[tuple[int, int, int, str, Job, int]]:
+        """The victims of these leaf queues, cheapest first across them: (key..., job,
+        GPUs held)."""
+        lists = [self.keyed(leaf) for leaf in leaves]
+        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)
 
     def under_of(self, job_id: str) -> list[Job]:
         """Jobs backfilled under ``job_id``'s reservation, in victim order."""
-        self.jobs()
+        if self.under is None:
+            state = self.state
+            jobs = state.jobs
+            holders: dict[str, list[Job]] = {}
+            for leaf in state.leaf_queues():
+                for other_id in leaf.active:
+                    other = jobs[other_id]
+                    if other.backfill_for and other.preemptible:
+                        holders.setdefault(other.backfill_for, []).append(other)
+            for listed in holders.values():
+                listed.sort(key=_victim_order(state))
+            self.under = holders
         return self.under.get(job_id, [])
 
     def held_gpu(self, job: Job) -> int:
@@ -722,9 +856,9 @@ class Victims:
 
     def reset(self) -> None:
         """Jobs moved: orders and holdings are recomputed on next use."""
-        self.ordered = None
+        self.leaves.clear()
         self.held.clear()
-        self.under = {}
+        self.under = None
 
 
 def _make_room(
@@ -738,15 +872,19 @@ def _make_room(
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
     """Evict the fewest, cheapest victims that let the gang start; never in vain."""
     attempts: list[tuple[str, list[Job]]] = [("backfill", _backfilled_under(job, victims))]
+    demand = gang_demand(job, stmt.fractional)
+    need = job.request[0]
+    free_now = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+
+    def room(candidates: list[Job]) -> bool:
+        return _fits_after(state, stmt, demand, need, free_now, candidates)
+
     if state.config.reclaim:
         attempts.append(("reclaim", _reclaim_candidates(state, queue, job, shares, victims)))
     if state.config.preempt:
         attempts.append(("preempt", _preempt_candidates(state, queue, job, victims)))
-    demand = gang_demand(job, stmt.fractional)
-    need = job.request[0]
-    free_now = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
     for rule, candidates in attempts:
-        if not candidates or not _fits_after(state, stmt, demand, need, free_now, candidates):
+        if not candidates or not room(candidates):
             continue  # even with every candidate evicted the gang could not fit
         chosen: list[Job] = []
         placements: list[PodPlacement] | None = None
@@ -872,7 +1010,9 @@ def _consolidate(
     if sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned) < job.request[0]:
         return None, []  # not fragmentation: there is not enough free GPU in total
     candidates = [
-        v for v in victims.jobs() if v.status in ACTIVE and not _protected(state, v, "preempt")
+        item[4]
+        for item in victims.of(q.name for q in state.leaf_queues())
+        if item[4].status in ACTIVE and not _protected(state, item[4], "preempt")
     ]
     everywhere = list(state.nodes.values())
     moved: list[Job] = []
@@ -942,7 +1082,11 @@ def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue]
 
 
 def _reclaim_candidates(
-    state: State, queue: Queue, job: Job, shares: Shares, victims: Victims
+    state: State,
+    queue: Queue,
+    job: Job,
+    shares: Shares,
+    victims: Victims,
 ) -> list[Job]:
     """Victims in other queues that reclaim may take from, cheapest first.
 
@@ -974,30 +1118,46 @@ def _reclaim_candidates(
         return []
     taken: dict[str, int] = {}
     allowed: list[Job] = []
-    levels_of: dict[str, list[tuple[Queue, Queue]]] = {}
-    for victim in victims.jobs():
-        if (
-            victim.queue not in givers
-            or victim.status not in ACTIVE
-            or _protected(state, victim, "reclaim")
-        ):
+    # Per giver leaf, the levels checked ((queue taken from, most it may give) at the leaf
+    # and where the branches meet): ``_may_take`` solved for the amount taken, once.
+    levels_of: dict[str, list[tuple[str, int]]] = {}
+    for leaf in givers:
+        pairs = [(queue, state.queues[leaf])]
+        branches = _lowest_common_children(state, queue.name, leaf)
+        if branches is not None and branches[0] is not queue:
+            pairs.append(branches)
+        levels_of[leaf] = [
+            (theirs.name, _most_taken(shares, mine, theirs, need, by_fair_share, by_quota))
+            for mine, theirs in pairs
+        ]
+    for item in victims.of(givers):
+        victim, held = item[4], item[5]
+        if victim.status not in ACTIVE or _protected(state, victim, "reclaim"):
             continue
-        held = victims.held_gpu(victim)
-        levels = levels_of.get(victim.queue)
-        if levels is None:
-            levels = levels_of[victim.queue] = [(queue, state.queues[victim.queue])]
-            branches = _lowest_common_children(state, queue.name, victim.queue)
-            if branches is not None and branches[0] is not queue:
-                levels.append(branches)
-        if all(
-            _may_take(shares, mine, theirs, need, taken.get(theirs.name, 0) + held,
-                      by_fair_share, by_quota)
-            for mine, theirs in levels
-        ):  # fmt: skip
-            for _, theirs in levels:
-                taken[theirs.name] = taken.get(theirs.name, 0) + held
+        levels = levels_of[victim.queue]
+        if all(taken.get(name, 0) + held <= most for name, most in levels):
+            for name, _ in levels:
+                taken[name] = taken.get(name, 0) + held
             allowed.append(victim)
     return allowed
+
+
+def _most_taken(
+    shares: Shares, mine: Queue, theirs: Queue, need: int, by_fair_share: bool, by_quota: bool
+) -> int:
+    """The most GPUs ``mine`` (gaining ``need``) may take from ``theirs`` in one cycle:
+    ``_may_take`` holds exactly for the amounts up to it (-1: none, NEVER: no bound)."""
+    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
+    if by_quota and their_alloc > shares.deserved[theirs.name][0]:
+        return NEVER
+    their_fair = shares.fair[theirs.name][0]
+    if by_fair_share and their_alloc > their_fair:
+        # (their_alloc - taken) * mine_fair >= (mine + need) * their_fair, for integers
+        after_mine = mine.allocated[0] + need
+        mine_fair = max(shares.fair[mine.name][0], 1)
+        floor = -(-(after_mine * max(their_fair, 1)) // mine_fair)
+        return their_alloc - floor
+    return -1
 
 
 def _may_take(
@@ -1024,17 +1184,24 @@ def _may_take(
 def _preempt_candidates(state: State, queue: Queue, job: Job, victims: Victims) -> list[Job]:
     """Preemptible jobs of the same queue with strictly lower priority."""
     return [
-        v
-        for v in victims.jobs()
-        if v.queue == queue.name
-        and v.priority < job.priority
-        and v.status in ACTIVE
-        and not _protected(state, v, "preempt")
+        item[4]
+        for item in victims.of((queue.name,))
+        if item[4].priority < job.priority
+        and item[4].status in ACTIVE
+        and not _protected(state, item[4], "preempt")
     ]
 
 
 def _held_gpu(job: Job) -> int:
-    return sum(slot.milli for p in job.live() for slot in p.gpus)
+    """Milli-GPUs of the job's pods that have not finished."""
+    total = 0
+    finished = job.finished
+    for placement in job.placements.values():
+        if finished and placement.pod in finished:
+            continue
+        for slot in placement.gpus:
+            total += slot.milli
+    return total
 
 
 # --------------------------------------------------------------------------- stale gangs
