@@ -120,6 +120,17 @@ def _divide(
 ) -> None:
     if not children:
         return
+    if amount <= 0:
+        # Nothing to share (e.g. CPU on nodes that report none): every share is 0 and
+        # only the deserved quotas resolve, as the full division below would give.
+        for queue in children:
+            own = deserved_of(queue, resource, parent_deserved)
+            deserved[queue.name][resource] = own
+            shares[queue.name][resource] = 0
+            if queue.children:
+                kids = [state.queues[c] for c in queue.children if c in state.queues]
+                _divide(state, kids, 0, own, resource, demand, shares, deserved)
+        return
     caps: dict[str, int] = {}
     given: dict[str, int] = {}
     order = sorted(children, key=lambda q: (-q.priority, q.name))

@@ -134,18 +134,23 @@ def _wake(state: State, at: int) -> None:
 def _reject_impossible(state: State, emit: Emit) -> None:
     fresh, state.fresh = state.fresh, []
     shares: Shares | None = None
-    empty_index: FreeIndex | None = None
     for job_id in fresh:
         job = state.jobs.get(job_id)
         if job is None or job.status != PENDING:
             continue
         reason = _static_reason(state, job)
         if reason is None:
-            empty = _empty_cluster(state)
-            if empty_index is None:
-                empty_index = FreeIndex.of(empty)  # walked instead of scanning every node
-            stmt = Statement(empty, index=empty_index)
-            if stmt.place_gang(job) is None:
+            empty, empty_index, fits = _empty_cluster(state)
+            # A plain gang's fit depends only on its pod sizes: remembered per topology.
+            sizes = tuple(p.gpu_milli for p in job.pods) if _gang_shape(job, False) else None
+            fit = fits.get(sizes) if sizes is not None else None
+            if fit is None:
+                stmt = Statement(empty, index=empty_index)
+                fit = stmt.place_gang(job) is not None
+                stmt.undo_all()
+                if sizes is not None and job.min_members in (0, len(job.pods)):
+                    fits[sizes] = fit
+            if not fit:
                 reason = (
                     f"gang of {_required(job)} pods needing {gpus(job.request[0])} GPUs cannot "
                     f"be packed onto the cluster even when it is empty "
@@ -154,7 +159,6 @@ def _reject_impossible(state: State, emit: Emit) -> None:
                     + (f", in one '{job.topology_key}' domain" if job.topology_required else "")
                     + ")"
                 )
-            stmt.undo_all()
         if reason is None and not job.preemptible and state.policy == "gpuledger":
             if shares is None:
                 shares = fair_shares(state)
@@ -170,10 +174,13 @@ def _reject_impossible(state: State, emit: Emit) -> None:
             emit(JobUnschedulable(job=job.job, queue=job.queue, reason=reason, final=True))
 
 
-def _empty_cluster(state: State) -> dict[str, Node]:
-    """The schedulable nodes with nothing on them (cached until a node event)."""
-    version, nodes = state.empty_nodes
-    if version != state.topology:
+def _empty_cluster(
+    state: State,
+) -> tuple[dict[str, Node], FreeIndex, dict[tuple[int, ...], bool]]:
+    """The schedulable nodes with nothing on them, and their free index (cached until a
+    node event; statements on them roll back, so both stay empty)."""
+    version, nodes, index, fits = state.empty_nodes
+    if version != state.topology or index is None:
         nodes = {}
         for n in state.nodes.values():
             if n.cordoned:
@@ -183,8 +190,10 @@ def _empty_cluster(state: State) -> dict[str, Node]:
             )
             copy.taints = n.taints
             nodes[n.name] = copy
-        state.empty_nodes = (state.topology, nodes)
-    return nodes
+        index = FreeIndex.of(nodes)
+        fits = {}
+        state.empty_nodes = (state.topology, nodes, index, fits)
+    return nodes, index, fits
 
 
 def _static_reason(state: State, job: Job) -> str | None:

@@ -185,8 +185,14 @@ class State:
     """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""
     topology: int = 0
     """Bumped by every node event; derived per-topology caches key on it."""
-    empty_nodes: tuple[int, dict[str, Node]] = (-1, {})
-    """Cache: (topology, the schedulable nodes with nothing on them)."""
+    empty_nodes: tuple[int, dict[str, Node], FreeIndex | None, dict[tuple[int, ...], bool]] = (
+        -1,
+        {},
+        None,
+        {},
+    )
+    """Cache: (topology, the schedulable nodes with nothing on them, their free index,
+    whether plain gangs of these pod sizes fit them)."""
     free_index_cache: FreeIndex | None = None
     """Cache: nodes by free GPUs (built on first use, dropped when nodes come or go)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
