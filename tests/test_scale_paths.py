@@ -1,0 +1,107 @@
+"""The policy's fast paths at scale give what their plain definitions give.
+
+Issue 8 made the cycle cheap at 4,000 nodes with shortcuts: a closed-form bound per queue
+for reclaim (``_most_taken``), victims pruned against the gang's placement
+(``_needed_victims``), and one release walk for every gang of one pod size
+(``_reserve_sizes``). Each is checked here against the definition it replaces, on states
+laid out as the benchmarks lay them out (``bench.cluster.packed``), small.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.cluster import packed, tree
+from events.model import JobPreempted, JobSubmitted, PodsAllocated, PodSpec, QueueConfigured
+from scheduler.core import apply, cycle, policy
+from scheduler.core.fairshare import Shares
+from scheduler.core.state import Queue, Resources
+
+
+def _queue(name: str, allocated: int) -> Queue:
+    return Queue(
+        name=name, parent="", deserved=Resources(), deserved_gpu_percent=None,
+        over_quota_weight=1, limit=Resources(), priority=0, allocated=[allocated, 0, 0],
+    )  # fmt: skip
+
+
+@given(
+    mine_alloc=st.integers(0, 10**6),
+    their_alloc=st.integers(0, 10**6),
+    placed=st.integers(0, 10**5),
+    mine_fair=st.integers(0, 10**6),
+    their_fair=st.integers(0, 10**6),
+    their_deserved=st.integers(0, 10**6),
+    need=st.integers(0, 10**5),
+    by_fair_share=st.booleans(),
+    by_quota=st.booleans(),
+)
+def test_most_taken_is_where_may_take_stops_holding(
+    mine_alloc: int, their_alloc: int, placed: int, mine_fair: int, their_fair: int,
+    their_deserved: int, need: int, by_fair_share: bool, by_quota: bool,
+) -> None:  # fmt: skip
+    mine, theirs = _queue("mine", mine_alloc), _queue("theirs", their_alloc)
+    shares = Shares(
+        fair={"mine": [mine_fair, 0, 0], "theirs": [their_fair, 0, 0]},
+        deserved={"mine": [0, 0, 0], "theirs": [their_deserved, 0, 0]},
+        demand={},
+        placed={"theirs": placed},
+    )
+    most = policy._most_taken(shares, mine, theirs, need, by_fair_share, by_quota)
+    amounts = {0, 1, max(most, 0), their_alloc, 10**7}
+    if most < policy.NEVER:
+        amounts.add(most + 1)
+    for taking in sorted(amounts):
+        expected = policy._may_take(shares, mine, theirs, need, taking, by_fair_share, by_quota)
+        assert (taking <= most) == expected, (taking, most)
+
+
+def _reclaim_state(nodes: int, gang_pods: int) -> tuple[policy.State, str]:
+    queues = [
+        msgspec.structs.replace(q, deserved_gpu_percent=14) if q.parent is None else q
+        for q in tree()
+    ]
+    queues.append(QueueConfigured(queue="flagship", deserved_gpu_percent=30))
+    state = packed(nodes, nodes * 20, 0, "gpuledger", free_share=0.0, queues=queues,
+                   idle=("flagship",))  # fmt: skip
+    now = state.now + 1000
+    cycle(state, now)
+    pods = tuple(PodSpec(name=f"flag-{k}", gpu_milli=8000) for k in range(gang_pods))
+    apply(state, JobSubmitted(job="flag", queue="flagship", pods=pods), now + 1000)
+    return state, "flag"
+
+
+@pytest.mark.parametrize("gang_pods", [1, 5, 12])
+def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
+    state, flag = _reclaim_state(40, gang_pods)
+    before = {j.job: [p.node for p in j.live()] for j in state.jobs.values() if j.live()}
+    decisions = cycle(state, state.now)
+    placed = [d for d in decisions if isinstance(d, PodsAllocated) and d.job == flag]
+    assert len(placed) == 1 and len(placed[0].placements) == gang_pods
+    gang_nodes = {p.node for p in placed[0].placements}
+    victims = [d for d in decisions if isinstance(d, JobPreempted)]
+    assert victims and all(v.preemptor == flag for v in victims)
+    # every victim had a pod under the gang, and every job there was evicted (whole nodes)
+    assert all(set(before[v.job]) & gang_nodes for v in victims)
+    under = {job for job, where in before.items() if set(where) & gang_nodes}
+    assert {v.job for v in victims} == under
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_one_walk_reserves_what_a_walk_per_gang_reserves(seed: int) -> None:
+    state = packed(60, 1500, 40, "gpuledger", seed=seed)
+    cycle(state, state.now + 1000)
+    running = policy.RunningEnds(state)
+    victims = policy.Victims(state)
+    gangs = policy._uniform_gangs(state, 8000)
+    assert len(gangs) >= 3  # gangs of 1, 2, 4 and 8 pods wait
+    shared = policy._reserve_sizes(state, 8000, gangs, running)
+    for count, job in gangs.items():
+        own = policy._reserve(state, job, running, victims)
+        got = shared[("size", 8000, count)]
+        assert (own is None) == (got is None)
+        if own is not None and got is not None:
+            assert (own.start, own.nodes) == (got.start, got.nodes)
