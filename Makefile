@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
-.PHONY: demo test lint typecheck unit wheel-check bench clean venv kafka-up kafka-down k8s-up k8s-down browsers
+.PHONY: demo test lint typecheck unit wheel-check bench fuzz clean venv kafka-up kafka-down k8s-up k8s-down browsers
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,17 @@ bench: $(STAMP) kafka-up k8s-up
 	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server
 	$(PY) -m bench.core  # scheduling cycles at 1,000 nodes, fill rate, memory (issue 8 targets)
 	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
+	$(PY) -m bench.soak --kafka  # 3.5 min on the broker: normal, 10x burst, normal; latency, lag, RSS
+
+# Coverage-guided fuzzing (atheris) of the decoders, the segment reader, the YAML loaders and
+# JSON Lines import, FUZZ_SECONDS per target; corpora and crash inputs go to out/fuzz/ (docs/operations.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= codec segment config jsonl
+fuzz: $(STAMP)
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  $(PY) -m tests.fuzz.atheris_targets $$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1; \
+	done
 
 # A single-node Kafka (KRaft) on 127.0.0.1:19092 for the live path and its tests; jars are
 # cached in ~/.cache/gpuledger, data and logs live in /tmp/gpuledger-kafka (docs/operations.md).

@@ -43,6 +43,10 @@ class UnknownEventType(DecodeError):  # noqa: N818  # names what it is; still a 
     """The envelope is fine but this reader does not know its type."""
 
 
+# What msgspec raises on bad input: a malformed document, a schema mismatch, or a string
+# that is not UTF-8 (msgspec lets UnicodeDecodeError through; found by fuzzing).
+_BAD_INPUT = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+
 _env_enc = msgspec.msgpack.Encoder()
 _env_dec = msgspec.msgpack.Decoder(Envelope)
 _event_dec: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
@@ -74,7 +78,7 @@ def decode_envelope(data: bytes | memoryview, offset: int = -1) -> Envelope:
     """Decode only the envelope; raises DecodeError naming the offset."""
     try:
         return _env_dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise DecodeError(f"offset {offset}: bad envelope: {exc}") from exc
 
 
@@ -84,7 +88,7 @@ def decode_event(env: Envelope, offset: int = -1) -> Event:
         raise UnknownEventType(f"offset {offset}: unknown event type {env.type!r}")
     try:
         event = _event_dec.decode(env.payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise DecodeError(f"offset {offset}: bad {env.type} payload: {exc}") from exc
     if tag_of(type(event)) != env.type:
         raise DecodeError(
@@ -109,18 +113,25 @@ def event_to_builtins(event: Event) -> dict[str, Any]:
 
 
 def to_json_line(offset: int, env: Envelope) -> bytes:
-    """One JSON Lines row for an envelope: offset, type, key, at, version, payload."""
-    payload = msgspec.msgpack.decode(env.payload)
-    return _json_enc.encode(
-        {
-            "offset": offset,
-            "type": env.type,
-            "key": env.key,
-            "at": env.at,
-            "version": env.version,
-            "payload": payload,
-        }
-    )
+    """One JSON Lines row for an envelope: offset, type, key, at, version, payload.
+
+    Raises DecodeError naming the offset if the payload has no JSON form (msgpack
+    extension types, say, which no gpuledger writer produces).
+    """
+    try:
+        payload = msgspec.msgpack.decode(env.payload)
+        return _json_enc.encode(
+            {
+                "offset": offset,
+                "type": env.type,
+                "key": env.key,
+                "at": env.at,
+                "version": env.version,
+                "payload": payload,
+            }
+        )
+    except (*_BAD_INPUT, msgspec.EncodeError, TypeError) as exc:
+        raise DecodeError(f"offset {offset}: {env.type} payload has no JSON form: {exc}") from exc
 
 
 class JsonRow(msgspec.Struct, frozen=True):
@@ -135,6 +146,8 @@ class JsonRow(msgspec.Struct, frozen=True):
 
 
 _json_row_dec = msgspec.json.Decoder(JsonRow)
+_STORABLE = range(-(2**63), 2**64)
+"""The integers msgpack stores (int64 and uint64); JSON has no such limit."""
 
 
 def from_json_line(line: bytes, where: str = "") -> Envelope:
@@ -145,18 +158,24 @@ def from_json_line(line: bytes, where: str = "") -> Envelope:
     """
     try:
         row = _json_row_dec.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BAD_INPUT as exc:
         raise DecodeError(f"{where}: {exc}") from exc
-    if row.type in TAGS:
-        try:
+    for name, value in (("at", row.at), ("version", row.version), ("offset", row.offset)):
+        if value not in _STORABLE:
+            raise DecodeError(f"{where}: {name} {value} is out of range")
+    # OverflowError: an integer beyond what msgpack stores (found by fuzzing).
+    try:
+        if row.type in TAGS:
             event = _json_event_dec.decode(row.payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise DecodeError(f"{where}: bad {row.type} payload: {exc}") from exc
-        if tag_of(type(event)) != row.type:
-            raise DecodeError(f"{where}: row type {row.type} but payload is {tag_of(type(event))}")
-        payload = _env_enc.encode(event)
-    else:
-        payload = _env_enc.encode(msgspec.json.decode(row.payload))
+            if tag_of(type(event)) != row.type:
+                raise DecodeError(
+                    f"{where}: row type {row.type} but payload is {tag_of(type(event))}"
+                )
+            payload = _env_enc.encode(event)
+        else:
+            payload = _env_enc.encode(msgspec.json.decode(row.payload))
+    except (*_BAD_INPUT, OverflowError) as exc:
+        raise DecodeError(f"{where}: bad {row.type} payload: {exc}") from exc
     return Envelope(
         type=row.type, key=row.key, at=row.at, payload=msgspec.Raw(payload), version=row.version
     )

@@ -63,6 +63,8 @@ _FRAME = struct.Struct("<IIQ")
 FRAME_HEADER_SIZE = _FRAME.size
 _OFFSET = struct.Struct("<Q")
 
+_OFFSET_END = 2**64
+"""One past the largest offset a frame can carry."""
 _LENGTH_MASK = 0x7FFFFFFF
 _CONTINUES = 0x80000000
 MAX_PAYLOAD = _LENGTH_MASK
@@ -201,7 +203,8 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
     """
     n = len(buf)
     k = expected + 1
-    limit = expected + 1 + _RESYNC_WINDOW
+    # Offsets are u64: nothing can follow the last one (a search past it used to crash).
+    limit = min(expected + 1 + _RESYNC_WINDOW, _OFFSET_END)
     while k < limit:
         needle = _OFFSET.pack(k)
         q = buf.find(needle, bad + 9)
@@ -221,7 +224,9 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
             if not frame[0] & _CONTINUES:
                 return pos
             pos, off = frame[2], off + 1
-        k = off + 1
+        # The chain broke where it expected ``off``; an intact record carrying ``off``
+        # may still stand elsewhere, so search for it too (found by fuzzing).
+        k = off
     return None
 
 
@@ -448,6 +453,8 @@ class FileLedger:
             first = self._next
             if count == 0:
                 return first
+            if first + count > _OFFSET_END:
+                raise LedgerError(f"{self.path}: offsets would pass 2**64 - 1; the ledger is full")
             data = self._frame(envelopes, first)
             if self._next > self._seg_base and self._seg_size + len(data) > self.segment_bytes:
                 self._roll()
@@ -657,9 +664,11 @@ class LedgerDirReader:
         seg = self.path / segment_name(base)
         # Only the newly appended bytes of the final segment are scanned on each call.
         if self._tail is None or self._tail[0] != base:
-            self._tail = (base, _Scan(HEADER_SIZE, base))
             with open(seg, "rb") as f:
                 _check_header(f.read(HEADER_SIZE), seg, base)
+            # Only once the header checked out: a bad one must fail every call, not the
+            # first only (found by fuzzing).
+            self._tail = (base, _Scan(HEADER_SIZE, base))
         scan = self._tail[1]
         with open(seg, "rb") as f:
             f.seek(scan.pos)
@@ -688,6 +697,10 @@ class LedgerDirReader:
         idx = max(bisect.bisect_right(bases, start) - 1, 0)
         base = bases[idx]
         seg = self.path / segment_name(base)
+        if start < base:
+            # As in read_raw: a first segment that starts later is missing records, which
+            # following from before it must not skip silently (found by fuzzing).
+            raise LedgerCorrupt(seg, 0, 0, f"segment starts at offset {base}, records are missing")
         f = open(seg, "rb")  # noqa: SIM115  # switched between segments below
         try:
             _check_header(f.read(HEADER_SIZE), seg, base)
@@ -750,9 +763,13 @@ def open_reader(src: str | os.PathLike[str]) -> LedgerReader:
     Kafka ledger topic (``kafka://HOST:PORT/TOPIC?partition=N``)."""
     if isinstance(src, str) and src.startswith("kafka://"):
         # Imported here: aiokafka is needed only by those who read from Kafka.
-        from events.kafkalog import open_kafka_reader  # noqa: PLC0415
+        from events.kafkalog import KafkaLogError, open_kafka_reader  # noqa: PLC0415
 
-        return open_kafka_reader(src)
+        try:
+            # Credentials and TLS come from the GPULEDGER_KAFKA_* environment.
+            return open_kafka_reader(src)
+        except KafkaLogError as exc:  # bad security settings, refused credentials, no topic
+            raise LedgerError(str(exc)) from exc
     path = Path(src)
     if path.is_dir():
         return LedgerDirReader(path)

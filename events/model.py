@@ -17,6 +17,10 @@ import msgspec
 MILLI = 1000
 """One whole GPU in milli-GPUs."""
 
+MAX_NODE_GPUS = 4096
+"""The most GPU devices one node may announce. The core keeps state per device, so intake
+and the loaders refuse more (a node of 2**40 GPUs would exhaust memory) rather than crash."""
+
 
 class Resources(msgspec.Struct, frozen=True):
     """An amount of the three scheduled resources."""
@@ -421,6 +425,7 @@ __all__ = [
     "DECISION_TAGS",
     "DECISION_TYPES",
     "EVENT_TYPES",
+    "MAX_NODE_GPUS",
     "MILLI",
     "TAGS",
     "AnyEvent",

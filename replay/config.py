@@ -14,11 +14,28 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from events.model import MILLI, NodeRegistered, PolicyConfigured, QueueConfigured, Resources
+from events.model import (
+    MAX_NODE_GPUS,
+    MILLI,
+    NodeRegistered,
+    PolicyConfigured,
+    QueueConfigured,
+    Resources,
+)
 
-NonNeg = Annotated[float, msgspec.Meta(ge=0)]
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+MAX_QUANTITY = 1e12
+"""The largest amount or duration a file may give (GPUs, cores, GiB, seconds, rates).
+
+Far beyond any real cluster, yet in milli units and milliseconds it still fits the
+ledger's 64-bit integers; it also keeps out ``.inf``, which has no integer form (found by
+fuzzing: an infinite duration crashed the conversion).
+"""
+
+NonNeg = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=MAX_QUANTITY)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An integer the ledger can store (msgpack's signed 64 bits)."""
 
 
 class ConfigError(ValueError):
@@ -33,7 +50,7 @@ class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     name: str
     count: Count
-    gpus: Annotated[int, msgspec.Meta(ge=0)]
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=MAX_NODE_GPUS)]
     gpu_model: str = ""
     gpu_memory_gib: NonNeg = 0
     cpu: NonNeg = 0
@@ -69,11 +86,11 @@ class QueueSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100)] | None = None
     deserved_cpu: NonNeg = 0
     deserved_memory_gib: NonNeg = 0
-    over_quota_weight: Annotated[int, msgspec.Meta(ge=0)] = 1
+    over_quota_weight: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 1
     limit_gpus: NonNeg | None = None
     limit_cpu: NonNeg | None = None
     limit_memory_gib: NonNeg | None = None
-    priority: int = 0
+    priority: Int64 = 0
     reclaim_min_runtime_s: NonNeg = 0
     """Its jobs that started less than this ago are not reclaimed by other queues."""
     preempt_min_runtime_s: NonNeg = 0
@@ -98,10 +115,15 @@ class Fixed(msgspec.Struct, tag="fixed", forbid_unknown_fields=True, frozen=True
 
 
 class Choice(msgspec.Struct, tag="choice", forbid_unknown_fields=True, frozen=True):
-    """One of ``values``, with optional relative ``weights``."""
+    """One of ``values``, with optional relative ``weights`` (one per value)."""
 
-    values: list[NonNeg]
+    values: Annotated[list[NonNeg], msgspec.Meta(min_length=1)]
     weights: list[Positive] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse weights that do not pair with the values (found by fuzzing)."""
+        if self.weights is not None and len(self.weights) != len(self.values):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.values)} values")
 
 
 class Uniform(msgspec.Struct, tag="uniform", forbid_unknown_fields=True, frozen=True):
@@ -126,7 +148,7 @@ class LogNormal(msgspec.Struct, tag="lognormal", forbid_unknown_fields=True, fro
 
 
 Distribution = Fixed | Choice | Uniform | Exponential | LogNormal
-Number = float | Distribution
+Number = NonNeg | Distribution
 
 
 class Poisson(msgspec.Struct, tag="poisson", forbid_unknown_fields=True, frozen=True):

@@ -9,6 +9,7 @@ and the ledger never sees it. Pure: no I/O, reads the state, changes nothing.
 from __future__ import annotations
 
 from events.model import (
+    MAX_NODE_GPUS,
     MILLI,
     BindFailed,
     Event,
@@ -27,7 +28,7 @@ from events.model import (
     Resources,
     is_decision,
 )
-from scheduler.core import State
+from scheduler.core import Queue, State
 
 
 def validate(state: State, event: Event) -> str | None:
@@ -52,11 +53,14 @@ def validate(state: State, event: Event) -> str | None:
             ):
                 if value < 0:
                     return f"node {event.node}: negative {what} ({value})"
+            if event.gpus > MAX_NODE_GPUS:
+                # The core keeps per-device state: 2**40 GPUs would exhaust its memory.
+                return f"node {event.node}: gpus {event.gpus} is more than {MAX_NODE_GPUS}"
             return None
         case NodeRemoved(node=node) | NodeCordoned(node=node):
             return None if node in state.nodes else f"unknown node {node!r}"
         case JobCancelled(job=job):
-            return None if job in state.jobs else f"unknown job {job!r}"
+            return None if state.known(job) else f"unknown job {job!r}"
         case PodStarted(job=job, pod=pod) | PodFinished(job=job, pod=pod):
             return _known_pod(state, job, pod)
         case (
@@ -72,7 +76,9 @@ def validate(state: State, event: Event) -> str | None:
 def _known_pod(state: State, job: str, pod: str) -> str | None:
     found = state.jobs.get(job)
     if found is None:
-        return f"unknown job {job!r}"
+        # An ended job is remembered by its id only: a late event about it is accepted (the
+        # fold ignores it), whatever pod it names.
+        return None if job in state.ended else f"unknown job {job!r}"
     if all(p.name != pod for p in found.pods):
         return f"job {job}: unknown pod {pod!r}"
     return None
@@ -81,7 +87,7 @@ def _known_pod(state: State, job: str, pod: str) -> str | None:
 def _job(state: State, job: JobSubmitted) -> str | None:
     if not job.job:
         return "job id is empty"
-    if job.job in state.jobs:
+    if state.known(job.job):
         return f"duplicate job id {job.job!r}"
     # The fifo baseline has no queues; every other policy needs an existing leaf queue.
     if state.policy != "fifo":
@@ -152,6 +158,50 @@ def _queue(state: State, q: QueueConfigured) -> str | None:
         return f"queue {q.queue}: deserved_gpu_percent {q.deserved_gpu_percent} outside 0..100"
     if q.over_quota_weight < 0:
         return f"queue {q.queue}: negative over_quota_weight ({q.over_quota_weight})"
+    return _quota_fits(state, q)
+
+
+def _fixed_gpus(q: Queue | QueueConfigured) -> int | None:
+    """A queue's deserved GPUs when it states a fixed amount (not a percentage, not 0)."""
+    if q.deserved_gpu_percent is not None or q.deserved.gpu_milli <= 0:
+        return None
+    return q.deserved.gpu_milli
+
+
+def _quota_fits(state: State, q: QueueConfigured) -> str | None:
+    """As the queues.yaml loader: children may not deserve more than their parent.
+
+    A parent with a fixed deserved amount must cover its children's fixed amounts, and
+    siblings' (or top-level queues') percentages add up to at most 100. Checked both when
+    a child is configured and when a parent is re-configured below its children.
+    """
+    siblings = [
+        other
+        for other in state.queues.values()
+        if other.parent == q.parent and other.name != q.queue
+    ]
+    percent = sum(s.deserved_gpu_percent or 0 for s in siblings) + (q.deserved_gpu_percent or 0)
+    if percent > 100:
+        whose = f"children of {q.parent!r}" if q.parent else "top-level queues"
+        return f"queue {q.queue}: deserved_gpu_percent of the {whose} would add up to {percent}"
+    parent = state.queues.get(q.parent)
+    cap = None if parent is None else _fixed_gpus(parent)
+    if cap is not None:
+        total = sum(s.deserved.gpu_milli for s in siblings if s.deserved_gpu_percent is None)
+        if q.deserved_gpu_percent is None:
+            total += q.deserved.gpu_milli
+        if total > cap:
+            return (
+                f"queue {q.queue}: deserved.gpu_milli of the children of {q.parent!r} would "
+                f"add up to {total}, more than its {cap}"
+            )
+    own = _fixed_gpus(q)
+    old = state.queues.get(q.queue)
+    if own is not None and old is not None:
+        kids = [state.queues[c] for c in old.children if c in state.queues]
+        total = sum(k.deserved.gpu_milli for k in kids if k.deserved_gpu_percent is None)
+        if total > own:
+            return f"queue {q.queue}: deserved.gpu_milli {own} is less than its children's {total}"
     return None
 
 

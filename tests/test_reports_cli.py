@@ -125,6 +125,38 @@ def test_html_escapes_every_name(tmp_path: Path) -> None:
     assert page.count("<svg") == 5
 
 
+def test_cli_html_report_escapes_a_script_queue_and_a_quoted_job(tmp_path: Path) -> None:
+    """Through ``gpuledger report --format html``: names are text, never markup."""
+    queue, job = "<script>alert(1)</script>", "say \"hi\" & <b>bye</b> 'now'"
+    items: list[tuple[int, Event]] = [
+        (0, QueueConfigured(queue=queue)),
+        (0, submit(job, queue=queue)),
+        (
+            900,
+            JobPreempted(
+                job=job,
+                queue=queue,
+                pods=("p",),
+                preemptor=f"{job}&2",
+                preemptor_queue=queue,
+                rule="reclaim",
+                lost_gpu_ms=10,
+            ),
+        ),
+        (1000, started(job)),
+        (5000, finished(job)),
+    ]
+    db = tmp_path / "names.duckdb"
+    project(MemoryLedger(env for _, env in ledger(*items).records), db)
+    out = tmp_path / "report.html"
+    assert run_cli(["report", "--db", str(db), "--format", "html", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "<script" not in page.lower() and "<b>" not in page and "& <" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "say &quot;hi&quot; &amp; &lt;b&gt;bye&lt;/b&gt; &#x27;now&#x27;" in page
+    assert "&#x27;now&#x27;&amp;2" in page  # the preemptor column
+
+
 def test_cli_report_formats(
     tmp_path: Path, demo_db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
