@@ -212,7 +212,7 @@ def recovery(bootstrap: str, records: int) -> dict[str, Any]:
         "restore_full_s": full_s,
         "restore_snapshot_s": snap_s,
         "snapshot_bytes": len(snap),
-        "jobs": len(state.jobs) == len(state2.jobs),
+        "jobs": (len(state.jobs), len(state.ended)) == (len(state2.jobs), len(state2.ended)),
     }
 
 

@@ -347,7 +347,9 @@ _PER_ATTEMPT = tuple(_JOB_FIELDS.index(name) for name in ("placements", "started
 
 
 def _reduce_job(job: Job) -> tuple[Any, ...]:
-    """Pickle a job as ``Job(*fields)``, leaving out a terminal job's pods and placements.
+    """Pickle a job as ``Job(*fields)``, leaving out a terminal job's pods and placements
+    (the core forgets most ended jobs itself, into ``State.ended``; the few it keeps are
+    still referred to, e.g. a fifo gang that ended while pending).
 
     Positional values in field order are a third of the size of a slots class's default
     ``{slot: value}`` state, and load twice as fast; ``state_format`` names the fields.
@@ -375,10 +377,10 @@ class ShareFold:
     def snapshot(self) -> bytes:
         """The fold as bytes for ``projection_state`` (pending rows are not included).
 
-        A finished job only matters to the core by its name and status (a re-submission
-        of the name is ignored), so its pods and placements are left out: they are most
-        of the state's size after a month, and pickling them made snapshots cost seconds.
-        ``_reduce_job`` writes each job's fields directly, so no stripped copies are made.
+        The core keeps an ended job only as its id in ``State.ended`` (a re-submission
+        of the name is ignored); the few ended jobs it still holds whole are pickled
+        without their pods and placements. ``_reduce_job`` writes each job's fields
+        directly, so no stripped copies are made.
         """
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)

@@ -865,8 +865,8 @@ _SNAPSHOT_EVENTS = 1_000_000
 """Events folded between snapshots of the core's state (at least): pickling it costs
 about a second per 200,000 jobs, and between snapshots only queue_shares lags behind."""
 _SNAPSHOT_EVENTS_PER_JOB = 10
-"""…and at least this many events per job the state holds, so that the snapshots of a
-long ledger (whose state keeps every job's name) cost a bounded share of the run."""
+"""…and at least this many events per job the state knows (live, or ended and kept as its
+id), so that the snapshots of a long ledger cost a bounded share of the run."""
 
 
 @dataclass
@@ -886,7 +886,8 @@ class _Extra:
 
     def snapshot_due(self) -> bool:
         """Whether enough was folded to snapshot the core's state mid-run."""
-        jobs = len(self.shares.state.jobs)
+        state = self.shares.state
+        jobs = len(state.jobs) + len(state.ended)
         return self.since_snapshot >= max(_SNAPSHOT_EVENTS, _SNAPSHOT_EVENTS_PER_JOB * jobs)
 
     def take(self, schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:

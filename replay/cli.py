@@ -398,6 +398,7 @@ def _state(args: argparse.Namespace) -> int:
     bound = parse_bound(args.at)
     snapshot = state_at(reader, bound)
     print(snapshot.headline)
+    print(f"ended: {snapshot.ended}")
     for title, rows in (
         ("queues", snapshot.queues),
         ("running", snapshot.running),

@@ -2,7 +2,8 @@
 
 The ledger's events up to that moment — inputs and the decisions actually recorded — are
 folded with the core's ``apply``; nothing is re-decided. Fair shares are divided as the
-scheduler would have divided them then.
+scheduler would have divided them then. Jobs that have ended are counted by how they ended
+(the core keeps nothing else of them; the ledger and the projections have their details).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from events.codec import DecodeError, decode_event
 from scheduler.core import State, apply, fair_shares, gpus
-from scheduler.core.state import ACTIVE, PENDING
+from scheduler.core.state import ACTIVE, PENDING, TERMINAL
 
 
 @dataclass(slots=True)
@@ -23,6 +24,8 @@ class Snapshot:
     queues: list[dict[str, object]] = field(default_factory=list)
     running: list[dict[str, object]] = field(default_factory=list)
     pending: list[dict[str, object]] = field(default_factory=list)
+    ended: str = ""
+    """How many jobs had ended by then, by how they ended: ``12 jobs: 11 succeeded, 1 failed``."""
     state: State = field(default_factory=State)
 
 
@@ -58,6 +61,11 @@ def describe(state: State, last_offset: int) -> Snapshot:
             f"(revision {state.config.revision})"
         ),
         state=state,
+    )
+    counts = {s: n for s, n in state.status_counts().items() if s in TERMINAL}
+    total = sum(counts.values())
+    snap.ended = f"{total} job{'' if total == 1 else 's'}" + (
+        ": " + ", ".join(f"{n} {status}" for status, n in counts.items()) if counts else ""
     )
     for name in sorted(state.queues):
         q = state.queues[name]

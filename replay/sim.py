@@ -36,6 +36,7 @@ from events.model import (
 )
 from events.port import LedgerWriter
 from replay.config import (
+    MAX_QUANTITY,
     Choice,
     ClusterFile,
     ConfigError,
@@ -57,7 +58,7 @@ from replay.config import (
     queue_events,
 )
 from scheduler.core.policy import POLICIES
-from scheduler.core.state import ACTIVE, RUNNING, State
+from scheduler.core.state import ACTIVE, RUNNING, State, ended_attempt
 from scheduler.engine import Engine
 
 SECOND = 1000
@@ -73,7 +74,7 @@ class SimJob:
 
 
 def sample(value: Number, rng: random.Random) -> float:
-    """Draw from a distribution (a plain number is itself)."""
+    """Draw from a distribution (a plain number is itself), at most ``MAX_QUANTITY``."""
     match value:
         case float() | int():
             return float(value)
@@ -84,10 +85,13 @@ def sample(value: Number, rng: random.Random) -> float:
         case Uniform(min=lo, max=hi):
             return rng.uniform(lo, hi)
         case Exponential(mean=mean):
-            return rng.expovariate(1 / mean)
+            return min(rng.expovariate(1 / mean), MAX_QUANTITY)
         case LogNormal(median=median, sigma=sigma, max=cap):
-            drawn = median * math.exp(sigma * rng.gauss(0, 1))
-            return min(drawn, cap) if cap is not None else drawn
+            try:
+                drawn = median * math.exp(sigma * rng.gauss(0, 1))
+            except OverflowError:  # a huge sigma (found by fuzzing)
+                drawn = math.inf
+            return min(drawn, cap if cap is not None else MAX_QUANTITY)
     raise ConfigError(f"unknown distribution {value!r}")  # pragma: no cover
 
 
@@ -121,6 +125,11 @@ def expand(workload: WorkloadFile) -> list[SimJob]:
     jobs: list[SimJob] = []
     for index, spec in enumerate(workload.jobs):
         where = f"workload.jobs[{index}] ({spec.name})"
+        if spec.min_members > spec.pods:
+            # Intake (scheduler/validate.py) refuses such a job; so does the loader.
+            raise ConfigError(
+                f"{where}.min_members: {spec.min_members} is more than its {spec.pods} pods"
+            )
         pods = _gang(
             spec.name,
             spec.pods,
@@ -365,6 +374,7 @@ class Simulation:
         total = len(self.jobs)
         heap = self._heap
         jobs = engine.state.jobs
+        ended = engine.state.ended
         now = 0
         while heap:
             now = heap[0][0]
@@ -372,8 +382,14 @@ class Simulation:
             while heap and heap[0][0] == now:
                 _, _, event, attempt = heapq.heappop(heap)
                 if attempt >= 0:
-                    job = jobs.get(getattr(event, "job", ""))
-                    if job is None or job.attempt != attempt:
+                    job_id = getattr(event, "job", "")
+                    job = jobs.get(job_id)
+                    if job is not None:
+                        current = job.attempt
+                    else:  # an ended job's last attempt (a late event about it still counts)
+                        code = ended.get(job_id)
+                        current = -1 if code is None else ended_attempt(code)
+                    if current != attempt:
                         continue  # about an attempt that preemption already ended
                 if isinstance(event, JobSubmitted):
                     submitted += 1
@@ -396,16 +412,14 @@ class Simulation:
         engine.flush()
         if progress is not None:
             progress(now, submitted, total)
-        statuses: dict[str, int] = {}
-        for job in jobs.values():
-            statuses[job.status] = statuses.get(job.status, 0) + 1
+        statuses = engine.state.status_counts()  # ended jobs included
         return SimResult(
             policy=self.policy,
             jobs=total,
             records=engine.records,
             cycles=self.cycles,
             end_ms=now,
-            statuses=dict(sorted(statuses.items())),
+            statuses=statuses,
             time_to_ready_ms=self.ready,
             gpus={j.submitted.job: sum(p.gpu_milli for p in j.submitted.pods) for j in self.jobs},
         )
@@ -442,11 +456,12 @@ class Simulation:
         for event, _ in batch:
             match event:
                 case PodBound(job=job_id, pod=pod):
-                    job = jobs[job_id]
+                    job = jobs.get(job_id)  # None: the job has ended since (cancelled)
                     bound = self._bound.setdefault(job_id, {})
                     bound[pod] = None
                     if (
-                        job.status in ACTIVE
+                        job is not None
+                        and job.status in ACTIVE
                         and self._started.get(job_id) != job.attempt
                         and all(p in bound for p in job.placements)
                     ):
@@ -458,9 +473,10 @@ class Simulation:
                                 job.attempt,
                             )
                 case PodStarted(job=job_id):
-                    job = jobs[job_id]
+                    job = jobs.get(job_id)
                     if (
-                        job.status == RUNNING
+                        job is not None
+                        and job.status == RUNNING
                         and job.started_at == now
                         and self._finishing.get(job_id) != job.attempt
                     ):

@@ -6,6 +6,13 @@ Derived caches are not carried: they hold references into the state (``empty_nod
 holds the very ``Node`` objects of ``nodes``), which a copy would silently detach, so they
 are reset and rebuilt by the core on first use.
 
+The state holds the jobs that may still matter and, of each ended job, only its id and
+one small int (``State.ended``), so a snapshot grows by a few bytes per ended job rather
+than by the whole job. Format 1 (before ``State.ended``) kept every ended job whole; it is
+still read, and its ended jobs are moved to ``ended`` as the core would have
+(``retire_ended``). Any other format is refused with ``SnapshotError``, on which the
+service replays the whole ledger instead.
+
 Catching up re-runs the tail exactly as replay does (``apply`` for inputs, ``cycle`` where
 the ledger shows a cycle), because a cycle also updates bookkeeping its decisions do not
 carry (fair-share usage, wake-up times, the "fresh" list); the decisions it produces are
@@ -29,9 +36,12 @@ from events.codec import (
     encode_envelope,
 )
 from events.model import DECISION_TAGS
-from scheduler.core import State, apply, cycle
+from scheduler.core import State, apply, cycle, retire_ended
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+"""2: the state keeps ended jobs as ``State.ended`` codes. 1: every job whole (migrated)."""
+MIGRATES = frozenset({1})
+"""Older formats ``decode_snapshot`` still reads, migrating their state."""
 
 _CACHE_FIELDS = frozenset({"empty_nodes", "capacity_cache"})
 """State fields that are derived caches (reset on restore; see the module docstring)."""
@@ -108,9 +118,13 @@ def decode_snapshot(data: bytes) -> tuple[Snapshot, State]:
         raw = msgspec.msgpack.decode(snap.state)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SnapshotError(f"bad snapshot: {exc}") from exc
-    if snap.format != SNAPSHOT_FORMAT:
-        raise SnapshotError(f"snapshot format {snap.format}, this version reads {SNAPSHOT_FORMAT}")
-    return snap, state_from_dict(raw)
+    if snap.format != SNAPSHOT_FORMAT and snap.format not in MIGRATES:
+        readable = ", ".join(str(f) for f in sorted({SNAPSHOT_FORMAT, *MIGRATES}))
+        raise SnapshotError(f"snapshot format {snap.format}, this version reads {readable}")
+    state = state_from_dict(raw)
+    if snap.format == 1:
+        retire_ended(state)  # it kept every ended job whole: forget them as the core does now
+    return snap, state
 
 
 class CatchUp:
@@ -163,6 +177,7 @@ class CatchUp:
 
 
 __all__ = [
+    "MIGRATES",
     "SNAPSHOT_FORMAT",
     "CatchUp",
     "Snapshot",

@@ -140,7 +140,7 @@ class World:
         return self.at(seconds, *(PodFinished(job=job_id, pod=p) for p in placed))
 
     def status(self, job_id: str) -> str:
-        return str(self.state.jobs[job_id].status)
+        return str(self.state.status_of(job_id))
 
     def gpus_of(self, queue_name: str) -> float:
         return self.state.queues[queue_name].allocated[0] / 1000

@@ -260,6 +260,7 @@ def test_the_share_fold_leaves_the_state_the_core_would(tmp_path: Path) -> None:
     # A snapshot loads back as the core's state, finished jobs without their pods.
     restored = ShareFold.restore(fold.snapshot()).state
     assert restored.jobs.keys() == core.jobs.keys()
+    assert restored.ended == core.ended and core.ended  # ended jobs kept as ids only
     for name, job in core.jobs.items():
         again = restored.jobs[name]
         assert again.status == job.status

@@ -56,10 +56,7 @@ def test_demo_ledger_replays_with_zero_mismatches(policy: str) -> None:
     assert replayed.records == len(ledger.records)
     assert replayed.cycles == result.cycles
     # the replayed state is the simulated one
-    statuses: dict[str, int] = {}
-    for job in replayed.state.jobs.values():
-        statuses[job.status] = statuses.get(job.status, 0) + 1
-    assert dict(sorted(statuses.items())) == result.statuses
+    assert replayed.state.status_counts() == result.statuses
 
 
 def test_a_tampered_decision_is_reported_with_its_offset_and_a_diff() -> None:

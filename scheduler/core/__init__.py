@@ -4,10 +4,18 @@ Nothing in this package performs I/O, reads a clock, draws an unseeded random nu
 depends on hash order; ``tests/test_core_purity.py`` enforces the import side of that.
 """
 
-from scheduler.core.apply import apply, lost_work
+from scheduler.core.apply import apply, lost_work, retire_ended
 from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.policy import POLICIES, REVISION, cycle, gpus
-from scheduler.core.state import PRIORITY_CLASSES, Job, Node, Queue, State
+from scheduler.core.state import (
+    PRIORITY_CLASSES,
+    Job,
+    Node,
+    Queue,
+    State,
+    ended_attempt,
+    ended_status,
+)
 
 __all__ = [
     "POLICIES",
@@ -20,7 +28,10 @@ __all__ = [
     "State",
     "apply",
     "cycle",
+    "ended_attempt",
+    "ended_status",
     "fair_shares",
     "gpus",
     "lost_work",
+    "retire_ended",
 ]

@@ -4,6 +4,11 @@ Inputs (facts) and decisions alike go through here, so a replay that re-runs the
 rebuilds exactly the state the live scheduler had. Invalid inputs (an unknown job, a pod
 that is not placed) are ignored here — validation that rejects them with a reason happens
 at intake — so the fold never raises on a ledger it already accepted.
+
+A job that ends holding nothing leaves ``state.jobs`` for ``state.ended`` (``_retire``):
+only its id, how it ended and its last attempt are kept. Every event about it afterwards
+is one the fold ignored for an ended job anyway (a re-submission, a late start, finish,
+cancel, bind failure or preemption), so forgetting the rest changes no decision.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from bisect import insort
 
 from events.model import (
+    MAX_NODE_GPUS,
     MILLI,
     BindFailed,
     CycleCompleted,
@@ -50,6 +56,7 @@ from scheduler.core.state import (
     Job,
     Queue,
     State,
+    ended_code,
     node_from_capacity,
     priority_of,
 )
@@ -93,6 +100,7 @@ def apply(state: State, event: Event, at: int) -> State:
                 if final:
                     state.remove_pending(job)
                     job.status = UNSCHEDULABLE
+                    _retire(state, job)
         case JobCancelled(job=job_id):
             job = state.jobs.get(job_id)
             if job is not None and job.status not in TERMINAL:
@@ -100,6 +108,7 @@ def apply(state: State, event: Event, at: int) -> State:
                     state.remove_pending(job)
                 _release(state, job)
                 job.status = CANCELLED
+                _retire(state, job)
         case BindFailed(job=job_id):
             # All-or-nothing: a gang with a pod that failed to bind goes back whole, and
             # backs off so a bind that keeps failing does not win the same GPUs every cycle.
@@ -115,7 +124,8 @@ def apply(state: State, event: Event, at: int) -> State:
                     )
                     job.backoff_until = at + delay
                     _wake(state, job.backoff_until)
-        case NodeRegistered():
+        case NodeRegistered() if event.gpus <= MAX_NODE_GPUS:
+            # (More devices than that would exhaust memory; intake refuses such a node.)
             state.free_index_cache = None  # rebuilt on next use with the new node set
             _node_registered(state, event)
             state.topology += 1
@@ -149,8 +159,12 @@ def _required(job: Job) -> int:
 
 
 def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
-    if event.job in state.jobs:
+    if event.job in state.jobs or event.job in state.ended:
         return  # idempotent by job id: a re-delivered submission changes nothing
+    if len({p.name for p in event.pods}) != len(event.pods):
+        # Pods are keyed by name, so such a gang could never be placed whole: the cycle
+        # would place it again and again, forever. Intake refuses it (found by testing).
+        return
     priority = priority_of(event.priority_class)
     preemptible = (
         event.preemptible if event.preemptible is not None else priority < NON_PREEMPTIBLE_FROM
@@ -283,6 +297,34 @@ def _pod_finished(state: State, job_id: str, pod: str, ok: bool, at: int) -> Non
         queue = state.queues.get(job.queue)
         if queue is not None:
             queue.active.pop(job.job, None)
+        _retire(state, job)
+
+
+def _retire(state: State, job: Job) -> None:
+    """Forget an ended job, keeping its id with how it ended and its last attempt.
+
+    Only once nothing refers to it: no pod of it still placed (a fifo gang marked
+    unschedulable under another policy keeps its half placement), no entry in the stale
+    list or its queue's active jobs, and no key in a pending order (under fifo a
+    half-placed gang whose placed pods all finished ends while still pending, and fifo
+    keeps offering it pods). Such a job stays in ``jobs`` as before.
+    """
+    if len(job.finished) != len(job.placements) or job.job in state.stale:
+        return
+    queue = state.queues.get(job.queue)
+    if (queue is not None and job.job in queue.active) or state.in_pending(job):
+        return
+    del state.jobs[job.job]
+    state.ended[job.job] = ended_code(job.status, job.attempt)
+
+
+def retire_ended(state: State) -> int:
+    """Forget every ended job that holds nothing (a state folded by an older core, which
+    kept them all); returns how many were forgotten."""
+    before = len(state.ended)
+    for job in [job for job in state.jobs.values() if job.status in TERMINAL]:
+        _retire(state, job)
+    return len(state.ended) - before
 
 
 def _node_registered(state: State, event: NodeRegistered) -> None:

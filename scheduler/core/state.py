@@ -37,6 +37,27 @@ CANCELLED = "cancelled"
 UNSCHEDULABLE = "unschedulable"
 ACTIVE = (ALLOCATED, RUNNING)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED, UNSCHEDULABLE)
+"""How a job can end; an ended job's code (``ended_code``) holds the index of its status."""
+
+
+def ended_code(status: str, attempt: int) -> int:
+    """What ``State.ended`` keeps of an ended job: how it ended and its last attempt.
+
+    One int, ``attempt * 4 + TERMINAL.index(status)``: below 257 (an attempt below 64) it is
+    one of CPython's shared small ints, so the entry costs only its key and its dict slot,
+    and it encodes in one or two msgpack bytes.
+    """
+    return attempt << 2 | TERMINAL.index(status)
+
+
+def ended_status(code: int) -> str:
+    """The terminal status an ``ended_code`` holds."""
+    return TERMINAL[code & 3]
+
+
+def ended_attempt(code: int) -> int:
+    """The last attempt an ``ended_code`` holds."""
+    return code >> 2
 
 
 def priority_of(priority_class: str) -> int:
@@ -180,6 +201,14 @@ class State:
     nodes: dict[str, Node] = field(default_factory=dict)
     queues: dict[str, Queue] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
+    """Every job that may still matter to scheduling: submitted and not yet ended, or ended
+    but still referred to (pods still placed, still in a pending order); see ``ended``."""
+    ended: dict[str, int] = field(default_factory=dict)
+    """Ended jobs, forgotten but for their id: id -> ``ended_code`` (how it ended, its last
+    attempt), in the order they ended. A job moves here from ``jobs`` when it reaches a
+    terminal status holding nothing, so a long run keeps ~100 bytes per ended job instead of
+    the whole job; the id keeps a re-submission refused (intake) and ignored (``apply``),
+    and late events about it are recognised and ignored as before."""
     seq: int = 0
     pending: list[tuple[int, int, str]] = field(default_factory=list)
     """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""
@@ -211,6 +240,31 @@ class State:
     dirty: bool = True
     """Something changed that could let a pending job start; a clean cycle is a no-op."""
 
+    def known(self, job_id: str) -> bool:
+        """Whether the id was ever submitted (and accepted): live or ended."""
+        return job_id in self.jobs or job_id in self.ended
+
+    def status_of(self, job_id: str) -> str | None:
+        """A job's status, ended or not; None for an id never submitted."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job.status
+        code = self.ended.get(job_id)
+        return None if code is None else ended_status(code)
+
+    def status_counts(self) -> dict[str, int]:
+        """How many jobs have each status, ended ones included, by status name."""
+        counts: dict[str, int] = {}
+        for job in self.jobs.values():
+            counts[job.status] = counts.get(job.status, 0) + 1
+        ended = [0] * len(TERMINAL)
+        for code in self.ended.values():
+            ended[code & 3] += 1
+        for status, count in zip(TERMINAL, ended, strict=True):
+            if count:
+                counts[status] = counts.get(status, 0) + count
+        return dict(sorted(counts.items()))
+
     def add_pending(self, job: Job) -> None:
         """Put a job in its queue's pending order (creating no queue)."""
         key = job.pending_key
@@ -226,6 +280,14 @@ class State:
         queue = self.queues.get(job.queue)
         if queue is not None:
             _remove_sorted(queue.pending, key)
+
+    def in_pending(self, job: Job) -> bool:
+        """Whether the job's key is in a pending order (its status may say otherwise)."""
+        key = job.pending_key
+        queue = self.queues.get(job.queue)
+        return _in_sorted(self.pending, key) or (
+            queue is not None and _in_sorted(queue.pending, key)
+        )
 
     def free_index(self) -> FreeIndex:
         """The free-capacity index over the nodes, built when first needed."""
@@ -312,6 +374,11 @@ class FreeIndex:
         """Names of nodes with at least ``minimum`` free, most free first, then by name."""
         for key in reversed(self.keys[bisect_left(self.keys, minimum) :]):
             yield from self.buckets[key]
+
+
+def _in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
+    index = bisect_left(items, key)
+    return index < len(items) and items[index] == key
 
 
 def _remove_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> None:
