@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{hour:>4}  {len(times):>7}  {1000 * statistics.median(times):>7.2f}  "
               f"{1000 * p99:>7.2f}  {rss[hour]:>11.0f}  {phase}")  # fmt: skip
     state: State = sim.engine.state
-    print(f"jobs still pending at the end: {len(state.pending)}")
+    print(f"jobs still pending at the end: {len(state.pending)}; the core holds "
+          f"{len(state.jobs)} jobs whole and {len(state.ended)} ended ones as ids")  # fmt: skip
     return 0
 
 

@@ -194,6 +194,9 @@ class Metrics:
             f"gpuledger_intake_lag{{{d}}} {self.intake_lag}",
             "# TYPE gpuledger_intake_accepted_total counter",
             f"gpuledger_intake_accepted_total{{{d}}} {self.accepted}",
+            "# TYPE gpuledger_core_jobs gauge",
+            f'gpuledger_core_jobs{{{d},held="whole"}} {len(state.jobs)}',
+            f'gpuledger_core_jobs{{{d},held="ended_id"}} {len(state.ended)}',
             "# TYPE gpuledger_pending_jobs gauge",
         ]
         for name in sorted(state.queues):

@@ -504,6 +504,8 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f'gpuledger_decisions_total{{{d},type="cycle_completed"}}'] >= 1
     assert samples[f"gpuledger_intake_lag{{{d}}}"] == 0
     assert f'gpuledger_pending_jobs{{{d},queue="train"}}' in samples
+    assert samples[f'gpuledger_core_jobs{{{d},held="whole"}}'] >= 1
+    assert f'gpuledger_core_jobs{{{d},held="ended_id"}}' in samples
     assert samples[f'gpuledger_pending_jobs{{{d},queue="dev"}}'] == 0
     # 16 GPUs, both queues want them: train (24 wanted) and dev (4) share by deserved.
     train = samples[f'gpuledger_queue_fair_share_gpus{{{d},queue="train"}}']
