@@ -71,9 +71,9 @@ def steady_cycles(state: State, count: int) -> list[float]:
     out: list[float] = []
     for i in range(count):
         now += 1000
-        job = state.jobs[rng.choice(running)]
-        live = job.live()
-        if live:
+        job = state.jobs.get(rng.choice(running))  # an ended job leaves State.jobs
+        live = job.live() if job is not None else []
+        if job is not None and live:
             apply(state, PodFinished(job=job.job, pod=live[0].pod), now)
         pod = PodSpec(name=f"new-{i}-0", gpu_milli=rng.choice((250, 1000, 8000)))
         apply(state, JobSubmitted(job=f"new-{i}", queue=rng.choice(leaves), pods=(pod,)), now)

@@ -105,3 +105,26 @@ def test_one_walk_reserves_what_a_walk_per_gang_reserves(seed: int) -> None:
         assert (own is None) == (got is None)
         if own is not None and got is not None:
             assert (own.start, own.nodes) == (got.start, got.nodes)
+
+
+def test_a_node_re_announced_smaller_under_a_pod_does_not_crash_the_fold() -> None:
+    """Found while making ended jobs compact: the pod's slots on devices the node no
+    longer has were not charged on re-announcement, and releasing them raised IndexError."""
+    from events.model import NodeRegistered, PodFinished, PodStarted, QueueConfigured
+    from replay.config import policy_event
+    from scheduler.core import State
+
+    state = State()
+    for event in (
+        policy_event("gpuledger"),
+        NodeRegistered(node="n1", gpus=2),
+        QueueConfigured(queue="q"),
+        JobSubmitted(job="j", queue="q", pods=(PodSpec(name="j-0", gpu_milli=2000),)),
+    ):
+        apply(state, event, 0)
+    assert any(isinstance(d, PodsAllocated) for d in cycle(state, 0))
+    apply(state, NodeRegistered(node="n1", gpus=1), 1)
+    apply(state, PodStarted(job="j", pod="j-0"), 2)
+    apply(state, PodFinished(job="j", pod="j-0"), 3)
+    node = state.nodes["n1"]
+    assert node.free_devices == [1000] and node.free_gpu_milli == 1000

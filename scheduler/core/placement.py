@@ -185,6 +185,8 @@ def give_back(
     before = node.free_gpu_milli
     devices = node.free_devices
     for slot in slots:
+        if slot.device >= len(devices):
+            continue  # the node was re-announced with fewer GPUs: never charged there
         devices[slot.device] += slot.milli
         node.free_gpu_milli += slot.milli
         if devices[slot.device] == MILLI:
