@@ -128,3 +128,21 @@ def test_a_node_re_announced_smaller_under_a_pod_does_not_crash_the_fold() -> No
     apply(state, PodFinished(job="j", pod="j-0"), 3)
     node = state.nodes["n1"]
     assert node.free_devices == [1000] and node.free_gpu_milli == 1000
+
+
+def test_a_gang_with_a_smaller_minimum_is_not_judged_by_the_whole_gangs_fit() -> None:
+    """The empty-cluster fit is remembered per pod sizes only for gangs that need every
+    pod: a 3-of-3 gang that can never fit must not get a 1-of-3 gang rejected."""
+    from events.model import JobUnschedulable, NodeRegistered, QueueConfigured
+    from replay.config import policy_event
+    from scheduler.core import State
+
+    state = State()
+    for event in (policy_event("gpuledger"), NodeRegistered(node="n1", gpus=8),
+                  QueueConfigured(queue="q")):  # fmt: skip
+        apply(state, event, 0)
+    pods = tuple(PodSpec(name=f"p{k}", gpu_milli=8000) for k in range(3))
+    apply(state, JobSubmitted(job="all", queue="q", pods=pods), 0)
+    apply(state, JobSubmitted(job="one", queue="q", pods=pods, min_members=1), 0)
+    rejected = {d.job for d in cycle(state, 0) if isinstance(d, JobUnschedulable) and d.final}
+    assert rejected == {"all"}

@@ -141,14 +141,16 @@ def _reject_impossible(state: State, emit: Emit) -> None:
         reason = _static_reason(state, job)
         if reason is None:
             empty, empty_index, fits = _empty_cluster(state)
-            # A plain gang's fit depends only on its pod sizes: remembered per topology.
-            sizes = tuple(p.gpu_milli for p in job.pods) if _gang_shape(job, False) else None
+            # A plain gang that needs all its pods fits or not by its pod sizes alone:
+            # remembered per topology.
+            whole = _gang_shape(job, False) and job.min_members in (0, len(job.pods))
+            sizes = tuple(p.gpu_milli for p in job.pods) if whole else None
             fit = fits.get(sizes) if sizes is not None else None
             if fit is None:
                 stmt = Statement(empty, index=empty_index)
                 fit = stmt.place_gang(job) is not None
                 stmt.undo_all()
-                if sizes is not None and job.min_members in (0, len(job.pods)):
+                if sizes is not None:
                     fits[sizes] = fit
             if not fit:
                 reason = (
