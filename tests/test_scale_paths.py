@@ -28,6 +28,23 @@ def _queue(name: str, allocated: int) -> Queue:
     )  # fmt: skip
 
 
+def _may_take(
+    shares: Shares, mine: Queue, theirs: Queue, need: int, taking: int,
+    by_fair_share: bool, by_quota: bool,
+) -> bool:  # fmt: skip
+    """Reclaim's rule in its plain form: may ``mine`` (gaining ``need``) take ``taking``
+    GPUs from ``theirs``? (What ``policy._most_taken`` solves for ``taking``.)"""
+    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
+    their_fair = shares.fair[theirs.name][0]
+    if by_fair_share and their_alloc > their_fair:
+        after_mine = mine.allocated[0] + need
+        after_theirs = their_alloc - taking
+        mine_fair = max(shares.fair[mine.name][0], 1)
+        if after_theirs * mine_fair >= after_mine * max(their_fair, 1):
+            return True
+    return by_quota and their_alloc > shares.deserved[theirs.name][0]
+
+
 @given(
     mine_alloc=st.integers(0, 10**6),
     their_alloc=st.integers(0, 10**6),
@@ -55,7 +72,7 @@ def test_most_taken_is_where_may_take_stops_holding(
     if most < policy.NEVER:
         amounts.add(most + 1)
     for taking in sorted(amounts):
-        expected = policy._may_take(shares, mine, theirs, need, taking, by_fair_share, by_quota)
+        expected = _may_take(shares, mine, theirs, need, taking, by_fair_share, by_quota)
         assert (taking <= most) == expected, (taking, most)
 
 

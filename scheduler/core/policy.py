@@ -478,19 +478,7 @@ def _try_job(
     if evicted:
         failed.clear()  # evictions free capacity: what failed before may fit now
     for victim, rule in evicted:
-        lost, kept = lost_work(victim, state.now)
-        emit(
-            JobPreempted(
-                job=victim.job,
-                queue=victim.queue,
-                pods=tuple(p.pod for p in victim.live()),
-                preemptor=job.job,
-                preemptor_queue=job.queue,
-                rule=rule,
-                lost_gpu_ms=lost,
-                checkpointed_ms=kept,
-            )
-        )
+        emit(_preemption(victim, state.now, job, rule))
     for moved, where in moves:
         emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
     if moves:
@@ -811,8 +799,8 @@ class Victims:
     """Jobs backfilled under each reservation holder, in victim order."""
 
     def keyed(self, leaf: str) -> list[tuple[int, int, int, str, Job, int]]:
-        """The leaf's preemptible active jobs, sorted by their order keys (those of
-        ``_victim_order``; the job id breaks every tie), each with the GPUs it holds."""
+        """The leaf's preemptible active jobs, sorted by ``_victim_key`` (the job id breaks
+        every tie), each with the GPUs it holds."""
         found = self.leaves.get(leaf)
         if found is None:
             state = self.state
@@ -827,11 +815,7 @@ class Victims:
                     gpu = held.get(job_id)
                     if gpu is None:
                         gpu = held[job_id] = _held_gpu(job)
-                    started = job.started_at
-                    lost = 0
-                    if started is not None and now > started:
-                        lost, _ = lost_work(job, now, gpu)
-                    found.append((lost, -(started or now), -job.seq, job_id, job, gpu))
+                    found.append((*_victim_key(job, now, gpu), job, gpu))
             found.sort()
             self.leaves[leaf] = found
         return found
@@ -1054,10 +1038,31 @@ def _consolidate(
     return None, []
 
 
+def _preemption(victim: Job, now: int, preemptor: Job | None, rule: str) -> JobPreempted:
+    """The decision evicting ``victim`` under ``rule``, with the work it loses."""
+    lost, kept = lost_work(victim, now)
+    return JobPreempted(
+        job=victim.job,
+        queue=victim.queue,
+        pods=tuple(p.pod for p in victim.live()),
+        preemptor=preemptor.job if preemptor is not None else "",
+        preemptor_queue=preemptor.queue if preemptor is not None else "",
+        rule=rule,
+        lost_gpu_ms=lost,
+        checkpointed_ms=kept,
+    )
+
+
+def _victim_key(victim: Job, now: int, held: int) -> tuple[int, int, int, str]:
+    """Victim order: least lost work first, then newest, then the job id (``held``: the
+    milli-GPUs the victim holds, which weigh its lost work)."""
+    lost, _ = lost_work(victim, now, held)
+    return (lost, -(victim.started_at or now), -victim.seq, victim.job)
+
+
 def _victim_order(state: State) -> Callable[[Job], tuple[int, int, int, str]]:
     def key(victim: Job) -> tuple[int, int, int, str]:
-        lost, _ = lost_work(victim, state.now)
-        return (lost, -(victim.started_at or state.now), -victim.seq, victim.job)
+        return _victim_key(victim, state.now, _held_gpu(victim))
 
     return key
 
@@ -1130,7 +1135,7 @@ def _reclaim_candidates(
     taken: dict[str, int] = {}
     allowed: list[Job] = []
     # Per giver leaf, the levels checked ((queue taken from, most it may give) at the leaf
-    # and where the branches meet): ``_may_take`` solved for the amount taken, once.
+    # and where the branches meet), solved for the amount taken once per queue.
     levels_of: dict[str, list[tuple[str, int]]] = {}
     for leaf in givers:
         pairs = [(queue, state.queues[leaf])]
@@ -1156,8 +1161,11 @@ def _reclaim_candidates(
 def _most_taken(
     shares: Shares, mine: Queue, theirs: Queue, need: int, by_fair_share: bool, by_quota: bool
 ) -> int:
-    """The most GPUs ``mine`` (gaining ``need``) may take from ``theirs`` in one cycle:
-    ``_may_take`` holds exactly for the amounts up to it (-1: none, NEVER: no bound)."""
+    """The most GPUs ``mine`` (gaining ``need``) may take from ``theirs`` in one cycle
+    (-1: none, NEVER: no bound). Quota reclaim takes from a queue above its deserved quota;
+    fair-share reclaim from a queue above its fair share, as long as its saturation after
+    the move stays at least the taker's: (theirs - taken) / their fair share >= (mine +
+    need) / my fair share (``tests/test_scale_paths.py`` holds the plain form of it)."""
     their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
     if by_quota and their_alloc > shares.deserved[theirs.name][0]:
         return NEVER
@@ -1169,27 +1177,6 @@ def _most_taken(
         floor = -(-(after_mine * max(their_fair, 1)) // mine_fair)
         return their_alloc - floor
     return -1
-
-
-def _may_take(
-    shares: Shares,
-    mine: Queue,
-    theirs: Queue,
-    need: int,
-    taking: int,
-    by_fair_share: bool,
-    by_quota: bool,
-) -> bool:
-    """May ``mine`` (gaining ``need``) take ``taking`` GPUs from ``theirs``?"""
-    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
-    their_fair = shares.fair[theirs.name][0]
-    if by_fair_share and their_alloc > their_fair:
-        after_mine = mine.allocated[0] + need
-        after_theirs = their_alloc - taking
-        mine_fair = max(shares.fair[mine.name][0], 1)
-        if after_theirs * mine_fair >= after_mine * max(their_fair, 1):
-            return True
-    return by_quota and their_alloc > shares.deserved[theirs.name][0]
 
 
 def _preempt_candidates(state: State, queue: Queue, job: Job, victims: Victims) -> list[Job]:
@@ -1230,16 +1217,4 @@ def _evict_stale_gangs(state: State, emit: Emit) -> None:
         if state.now - since < grace:
             _wake(state, since + grace)
             continue
-        lost, kept = lost_work(job, state.now)
-        emit(
-            JobPreempted(
-                job=job.job,
-                queue=job.queue,
-                pods=tuple(p.pod for p in job.live()),
-                preemptor="",
-                preemptor_queue="",
-                rule="stale-gang",
-                lost_gpu_ms=lost,
-                checkpointed_ms=kept,
-            )
-        )
+        emit(_preemption(job, state.now, None, "stale-gang"))
