@@ -920,14 +920,15 @@ def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlaceme
     the very devices and nodes it uses), so those kept are each needed by it: victims with
     nothing under the gang's nodes always go back.
     """
-    used = {p.node for p in placements}
     nodes = state.nodes
-    free = {name: [*nodes[name].free_devices, nodes[name].free_cpu, nodes[name].free_memory]
-            for name in used}  # fmt: skip
+    free: dict[str, list[int]] = {}  # the gang's nodes, in placement order
+    for p in placements:
+        node = nodes[p.node]
+        free.setdefault(p.node, [*node.free_devices, node.free_cpu, node.free_memory])
     kept: list[Job] = []
     for victim in reversed(chosen):
         specs = {p.name: p for p in victim.pods}
-        under = [(p, specs[p.pod]) for p in victim.live() if p.node in used]
+        under = [(p, specs[p.pod]) for p in victim.live() if p.node in free]
         _shift(free, under, -1)  # tentatively back on its nodes
         if any(_overcommitted(nodes[p.node], free[p.node]) for p, _ in under):
             _shift(free, under, 1)
