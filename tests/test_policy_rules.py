@@ -162,6 +162,27 @@ def test_quota_reclaim_may_leave_the_victim_queue_below_its_fair_share() -> None
     assert preempted(got) == [("a1", "reclaim", "b1")]
 
 
+def test_a_quota_edit_keeps_the_queue_s_running_jobs_reclaimable() -> None:
+    # Found in revision 3: re-configuring a queue dropped its running jobs from the
+    # core's books (no longer victims, no longer counted against non-preemptible quota).
+    w = World(node("n1"), node("n2"), queue("a", deserved=8), queue("b", deserved=8))
+    w.at(0, job("a1", "a", pods=2, gpus=8))
+    w.start(1, "a1")
+    w.at(5, queue("a", deserved=6))  # a quota edit while a1 runs
+    assert w.state.queues["a"].active == {"a1": None}
+    got = w.at(10, job("b1", "b", gpus=8))
+    assert preempted(got) == [("a1", "reclaim", "b1")]
+
+
+def test_a_quota_edit_keeps_non_preemptible_usage_counted() -> None:
+    w = World(node("n1"), node("n2"), queue("a", deserved=8))
+    w.at(0, job("np", "a", gpus=8, cls="build"))
+    w.at(5, queue("a", deserved=8, weight=2))
+    assert w.state.queues["a"].allocated_np == 8000
+    reason, _ = reasons(w.at(10, job("np2", "a", gpus=8, cls="build")))["np2"]
+    assert reason.startswith("non-preemptible job waits for deserved quota of 'a'")
+
+
 def test_reclaim_respects_the_branch_where_two_queues_meet() -> None:
     # org deserves 8 and holds exactly 8; inside it a1 is over its own share because a2
     # asks for nothing. b (deserved 8) wants more: at the org/b level org is not above its

@@ -249,6 +249,11 @@ def check_state(state) -> None:  # type: ignore[no-untyped-def]
         assert node.free_whole == sum(1 for d in node.free_devices if d == 1000), node
     if state.free_index_cache is not None:
         assert state.free_index_cache == FreeIndex.of(state.nodes)
+    if state.running_cache is not None:
+        from scheduler.core.running import RunningIndex
+
+        fresh = RunningIndex.of(state).content(state.now)
+        assert state.running_cache.content(state.now) == fresh
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -79,6 +79,7 @@ def apply(state: State, event: Event, at: int) -> State:
                 if job.status == ALLOCATED and len(job.started) >= _required(job):
                     job.status = RUNNING
                     job.started_at = at
+                    _reindex(state, job)
         case PodFinished(job=job_id, pod=pod, succeeded=ok):
             _pod_finished(state, job_id, pod, ok, at)
         case PodsAllocated(job=job_id, placements=placements, backfill_for=backfill_for):
@@ -86,6 +87,7 @@ def apply(state: State, event: Event, at: int) -> State:
             if job is not None and job.status not in TERMINAL:
                 _allocate(state, job, placements, at)
                 job.backfill_for = backfill_for
+                _reindex(state, job)
         case JobPreempted(job=job_id, checkpointed_ms=kept):
             job = state.jobs.get(job_id)
             if job is not None and job.status in ACTIVE:
@@ -141,8 +143,10 @@ def apply(state: State, event: Event, at: int) -> State:
                 state.topology += 1
         case QueueConfigured():
             _queue_configured(state, event)
+            state.running_cache = None  # which queues are leaves may have changed
         case QueueRemoved(queue=name):
             _queue_removed(state, name)
+            state.running_cache = None
         case PolicyConfigured(policy=policy):
             state.policy = policy
             state.config = event
@@ -253,6 +257,15 @@ def _release(state: State, job: Job) -> None:
     job.stale_since = None
     state.stale.pop(job.job, None)
     state.dirty = True
+    _reindex(state, job)
+
+
+def _reindex(state: State, job: Job) -> None:
+    """The job's placements, start or backfill mark changed: keep the running index
+    (a derived cache, when built) current."""
+    index = state.running_cache
+    if index is not None:
+        index.update(state, job)
 
 
 def _release_pod(
@@ -297,7 +310,10 @@ def _pod_finished(state: State, job_id: str, pod: str, ok: bool, at: int) -> Non
         queue = state.queues.get(job.queue)
         if queue is not None:
             queue.active.pop(job.job, None)
+        _reindex(state, job)
         _retire(state, job)
+        return
+    _reindex(state, job)  # it holds fewer GPUs now
 
 
 def _retire(state: State, job: Job) -> None:
@@ -397,7 +413,9 @@ def _queue_configured(state: State, event: QueueConfigured) -> None:
     if old is not None:
         queue.children = old.children
         queue.allocated = old.allocated
+        queue.allocated_np = old.allocated_np
         queue.pending = old.pending
+        queue.active = old.active  # a quota edit does not forget what the queue runs
         if old.parent != event.parent and old.parent in state.queues:
             siblings = state.queues[old.parent].children
             if event.queue in siblings:

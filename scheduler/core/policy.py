@@ -22,7 +22,6 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 from __future__ import annotations
 
 import heapq
-from bisect import insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -48,6 +47,7 @@ from scheduler.core.placement import (
     split_gang,
     spread_score,
 )
+from scheduler.core.running import VictimItem, held_gpu
 from scheduler.core.state import (
     ACTIVE,
     PENDING,
@@ -61,7 +61,7 @@ from scheduler.core.state import (
     node_from_capacity,
 )
 
-REVISION = 3
+REVISION = 4
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 POLICIES = ("gpuledger", "drf", "fifo")
@@ -288,21 +288,30 @@ def _gang_policy(state: State, emit: Emit) -> None:
     leaves = [q for q in state.leaf_queues() if q.pending]
     backfill = state.config.backfill
     running = RunningEnds(state)
-    order: dict[str, tuple[int, int, int, int, int, str]] = {}
     victims = Victims(state)
     # Reservations of plain gangs by shape: the same shape on the same nodes reserves the
     # same nodes at the same time, until a placement changes the nodes (then cleared).
     planned: dict[tuple[object, ...], Reservation | None] = {}
+    limited = {q.name: _limited(state, q.name) for q in leaves}
+    # The queues in KAI's order. Order keys change only when allocations change, so the
+    # ranking is redone after each placement; in between the next queue is the first one
+    # ranked that still has a job to try (queues only drop out until then).
+    ranked: list[Queue] = []
+    at = 0
     while True:
-        candidates = [
-            q for q in leaves if q.name not in done and cursor.get(q.name, 0) < len(q.pending)
-        ]
-        if not candidates:
+        if not ranked:
+            jobs = state.jobs
+            ranked = sorted(
+                (q for q in leaves if q.pending), key=lambda q: _queue_order(q, shares, jobs)
+            )
+            at = 0
+        while at < len(ranked) and (
+            ranked[at].name in done or cursor.get(ranked[at].name, 0) >= len(ranked[at].pending)
+        ):
+            at += 1
+        if at == len(ranked):
             return
-        if not order:
-            # Keys change only when allocations change: recomputed after each placement.
-            order = {q.name: _queue_order(q, shares, state.jobs) for q in leaves if q.pending}
-        queue = min(candidates, key=lambda q: order[q.name])
+        queue = ranked[at]
         index = cursor.get(queue.name, 0)
         job = state.jobs[queue.pending[index][2]]
         if job.backoff_until > state.now:
@@ -315,13 +324,16 @@ def _gang_policy(state: State, emit: Emit) -> None:
             cursor[queue.name] = index + 1
             continue
         head = queue.name not in blocked
-        reason = _admission_reason(state, queue, job, shares)
+        reason = (
+            _admission_reason(state, queue, job, shares)
+            if limited[queue.name] or not job.preemptible
+            else None
+        )
         if reason is None and _try_job(
             state, queue, job, shares, emit, reservations, failed, victims, head=head
         ):
-            running.add(job)
             _note_placed(state, job, shares)
-            order = {}
+            ranked = []
             planned.clear()
             continue  # the job left pending; the same index is now the next job
         cursor[queue.name] = index + 1
@@ -377,7 +389,7 @@ def _gang_policy(state: State, emit: Emit) -> None:
 
 
 def _note_placed(state: State, job: Job, shares: Shares) -> None:
-    held = _held_gpu(job)
+    held = held_gpu(job)
     for q in state.ancestors(job.queue):
         shares.placed[q.name] = shares.placed.get(q.name, 0) + held
 
@@ -402,6 +414,16 @@ def _queue_order(
             dominant = max(dominant, share)
     head_seq = queue.pending[0][1] if queue.pending else NEVER
     return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
+
+
+def _limited(state: State, leaf: str) -> bool:
+    """Whether the leaf or an ancestor has a limit (else ``_admission_reason`` can refuse
+    only non-preemptible jobs)."""
+    return any(
+        limit != UNLIMITED and limit >= 0
+        for q in state.ancestors(leaf)
+        for limit in (q.limit.gpu_milli, q.limit.cpu_milli, q.limit.memory_mib)
+    )
 
 
 def _admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
@@ -481,8 +503,6 @@ def _try_job(
         emit(_preemption(victim, state.now, job, rule))
     for moved, where in moves:
         emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
-    if moves:
-        victims.reset()
     backfill_for = ""
     for r in reservations:
         if any(p.node in r.nodes for p in placements):
@@ -519,66 +539,31 @@ def _blocked_nodes(
     A job that ends before a reservation starts, or is preemptible (it will give way when
     the reservation starts), may use its nodes; any other job keeps off them.
     """
-    if not reservations:
+    if not reservations or job.preemptible:
         return None
     blocked: dict[str, None] = {}
     runtime = job.expected_runtime_ms
     for r in reservations:
         ends_in_time = runtime is not None and r.start != NEVER and state.now + runtime <= r.start
-        if not (ends_in_time or job.preemptible):
+        if not ends_in_time:
             blocked.update(r.nodes)
     return blocked or None
 
 
 @dataclass(slots=True)
 class RunningEnds:
-    """Expected ends of the running jobs, sorted, built once per cycle for reservations.
-
-    Jobs placed later in the cycle are added as they are placed; jobs evicted are skipped
-    when read (they are no longer active). Two orders, each built on first use: every
-    job, and only the jobs holding GPUs — releasing a CPU-only pod changes nothing for a
-    gang that asks only for GPUs, and need not be walked past.
-    """
+    """Expected ends of the running jobs, for reservations: read from the state's running
+    index, which ``apply`` keeps current (jobs placed earlier in the cycle are in it, jobs
+    evicted are not). Two orders: every job, and only the jobs holding GPUs — releasing a
+    CPU-only pod changes nothing for a gang that asks only for GPUs, and need not be
+    walked past."""
 
     state: State
-    every: list[tuple[int, int, str]] | None = None
-    gpu_holders: list[tuple[int, int, str]] | None = None
 
-    def ordered(self, gpus_only: bool) -> list[tuple[int, int, str]]:
-        """(expected end, seq, job) of the active jobs (holding GPUs, if ``gpus_only``)."""
-        found = self.gpu_holders if gpus_only else self.every
-        if found is None:
-            state = self.state
-            now = state.now
-            jobs = state.jobs
-            found = []
-            for leaf in state.leaf_queues():
-                for job_id in leaf.active:
-                    job = jobs[job_id]
-                    if job.status not in ACTIVE or (gpus_only and not job.request[0]):
-                        continue  # request counts a GPU-memory pod as a device
-                    runtime = job.expected_runtime_ms  # _expected_end, inlined
-                    if runtime is None:
-                        end = NEVER
-                    else:
-                        began = job.started_at if job.started_at is not None else now
-                        end = began + runtime - job.checkpointed_ms
-                        end = max(end, now)
-                    found.append((end, job.seq, job_id))
-            found.sort()
-            if gpus_only:
-                self.gpu_holders = found
-            else:
-                self.every = found
-        return found
-
-    def add(self, job: Job) -> None:
-        """A job placed during the cycle."""
-        item = (_expected_end(self.state, job), job.seq, job.job)
-        if self.every is not None:
-            insort(self.every, item)
-        if self.gpu_holders is not None and job.request[0]:
-            insort(self.gpu_holders, item)
+    def ordered(self, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
+        """(expected end, seq, job) of the active jobs (holding GPUs, if ``gpus_only``),
+        soonest first; lazy."""
+        return self.state.running_index().ends(self.state, gpus_only)
 
 
 def _expected_end(state: State, job: Job) -> int:
@@ -783,77 +768,36 @@ def _shape(pods: list[PodSpec]) -> str:
 @dataclass(slots=True)
 class Victims:
     """Running preemptible jobs in victim order (least lost work first), per leaf queue,
-    worked out for a cycle only where a rule asks.
+    read from the state's running index (``scheduler.core.running``).
 
     Within a cycle ``now`` is fixed, so a job's order key is too; jobs placed in the cycle
-    are never victims in it (they are protected), and jobs evicted in it are skipped when
-    read (no longer active). Only a consolidation, which moves jobs, makes the lists
-    stale (``reset``). A leaf's list is sorted the first time a rule takes victims from it,
-    so a cycle that reclaims from a few queues does not order the whole cluster.
+    are in the index but never victims in it (they are protected), and jobs evicted in it
+    have left it.
     """
 
     state: State
-    leaves: dict[str, list[tuple[int, int, int, str, Job, int]]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)
-    under: dict[str, list[Job]] | None = None
-    """Jobs backfilled under each reservation holder, in victim order."""
 
-    def keyed(self, leaf: str) -> list[tuple[int, int, int, str, Job, int]]:
-        """The leaf's preemptible active jobs, sorted by ``_victim_key`` (the job id breaks
-        every tie), each with the GPUs it holds."""
-        found = self.leaves.get(leaf)
-        if found is None:
-            state = self.state
-            jobs = state.jobs
-            now = state.now
-            held = self.held
-            found = []
-            queue = state.queues.get(leaf)
-            for job_id in queue.active if queue is not None else ():
-                job = jobs[job_id]
-                if job.preemptible:
-                    gpu = held.get(job_id)
-                    if gpu is None:
-                        gpu = held[job_id] = _held_gpu(job)
-                    found.append((*_victim_key(job, now, gpu), job, gpu))
-            found.sort()
-            self.leaves[leaf] = found
-        return found
+    def streams(self, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
+        """The leaf's victims as sorted streams, each with the GPUs every job in it holds
+        (None: they differ)."""
+        return self.state.running_index().victims(self.state, leaf)
 
-    def of(self, leaves: Iterable[str]) -> Iterator[tuple[int, int, int, str, Job, int]]:
+    def of(self, leaves: Iterable[str]) -> Iterator[VictimItem]:
         """The victims of these leaf queues, cheapest first across them: (key..., job,
         GPUs held)."""
-        lists = [self.keyed(leaf) for leaf in leaves]
-        return iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)
+        return self.state.running_index().victim_order(self.state, leaves)
 
     def under_of(self, job_id: str) -> list[Job]:
         """Jobs backfilled under ``job_id``'s reservation, in victim order."""
-        if self.under is None:
-            state = self.state
-            jobs = state.jobs
-            holders: dict[str, list[Job]] = {}
-            for leaf in state.leaf_queues():
-                for other_id in leaf.active:
-                    other = jobs[other_id]
-                    if other.backfill_for and other.preemptible:
-                        holders.setdefault(other.backfill_for, []).append(other)
-            for listed in holders.values():
-                listed.sort(key=_victim_order(state))
-            self.under = holders
-        return self.under.get(job_id, [])
+        return self.state.running_index().backfilled_under(self.state, job_id)
 
     def held_gpu(self, job: Job) -> int:
         """Milli-GPUs the job holds now."""
         held = self.held.get(job.job)
         if held is None:
-            held = self.held[job.job] = _held_gpu(job)
+            held = self.held[job.job] = held_gpu(job)
         return held
-
-    def reset(self) -> None:
-        """Jobs moved: orders and holdings are recomputed on next use."""
-        self.leaves.clear()
-        self.held.clear()
-        self.under = None
 
 
 def _make_room(
@@ -1054,20 +998,6 @@ def _preemption(victim: Job, now: int, preemptor: Job | None, rule: str) -> JobP
     )
 
 
-def _victim_key(victim: Job, now: int, held: int) -> tuple[int, int, int, str]:
-    """Victim order: least lost work first, then newest, then the job id (``held``: the
-    milli-GPUs the victim holds, which weigh its lost work)."""
-    lost, _ = lost_work(victim, now, held)
-    return (lost, -(victim.started_at or now), -victim.seq, victim.job)
-
-
-def _victim_order(state: State) -> Callable[[Job], tuple[int, int, int, str]]:
-    def key(victim: Job) -> tuple[int, int, int, str]:
-        return _victim_key(victim, state.now, _held_gpu(victim))
-
-    return key
-
-
 def _protected(state: State, victim: Job, rule: str) -> bool:
     """Min-runtime protection: a victim that started too recently keeps running; and a job
     placed in this very cycle is never a victim in it (that would only be churn)."""
@@ -1147,15 +1077,39 @@ def _reclaim_candidates(
             (theirs.name, _most_taken(shares, mine, theirs, need, by_fair_share, by_quota))
             for mine, theirs in pairs
         ]
-    for item in victims.of(givers):
+    # The givers' victims in order, merged from their streams. A stream whose jobs all hold
+    # more GPUs than their queue may still give is dropped: budgets only shrink, so none
+    # of its jobs could be taken any more (reading on would refuse each of them).
+    heap: list[tuple[VictimItem, int, Iterator[VictimItem]]] = []
+    for leaf in givers:
+        for same, stream in victims.streams(leaf):
+            first = next(stream, None)
+            if first is not None:
+                heap.append((first, -1 if same is None else same, stream))
+    heapq.heapify(heap)
+    while heap:
+        item, same, stream = heap[0]
         victim, held = item[4], item[5]
-        if victim.status not in ACTIVE or _protected(state, victim, "reclaim"):
-            continue
         levels = levels_of[victim.queue]
-        if all(taken.get(name, 0) + held <= most for name, most in levels):
+        if (
+            victim.status in ACTIVE
+            and not _protected(state, victim, "reclaim")
+            and all(taken.get(name, 0) + held <= most for name, most in levels)
+        ):
             for name, _ in levels:
                 taken[name] = taken.get(name, 0) + held
             allowed.append(victim)
+        following = next(stream, None)
+        if (
+            following is not None
+            and same >= 0
+            and any(taken.get(name, 0) + same > most for name, most in levels)
+        ):
+            following = None
+        if following is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (following, same, stream))
     return allowed
 
 
@@ -1189,18 +1143,6 @@ def _preempt_candidates(state: State, queue: Queue, job: Job, victims: Victims) 
         and item[4].status in ACTIVE
         and not _protected(state, item[4], "preempt")
     ]
-
-
-def _held_gpu(job: Job) -> int:
-    """Milli-GPUs of the job's pods that have not finished."""
-    total = 0
-    finished = job.finished
-    for placement in job.placements.values():
-        if finished and placement.pod in finished:
-            continue
-        for slot in placement.gpus:
-            total += slot.milli
-    return total
 
 
 # --------------------------------------------------------------------------- stale gangs

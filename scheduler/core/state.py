@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from events.model import MILLI, PodPlacement, PodSpec, PolicyConfigured, Resources
+from scheduler.core.running import RunningIndex
 
 PRIORITY_CLASSES: dict[str, int] = {
     "train": 50,
@@ -224,6 +225,9 @@ class State:
     whether plain gangs of these pod sizes fit them)."""
     free_index_cache: FreeIndex | None = None
     """Cache: nodes by free GPUs (built on first use, dropped when nodes come or go)."""
+    running_cache: RunningIndex | None = None
+    """Cache: the running jobs by expected end and in victim order (built on first use,
+    kept current by ``apply``, dropped when the queue tree changes)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
     stale: dict[str, None] = field(default_factory=dict)
@@ -294,6 +298,12 @@ class State:
         if self.free_index_cache is None:
             self.free_index_cache = FreeIndex.of(self.nodes)
         return self.free_index_cache
+
+    def running_index(self) -> RunningIndex:
+        """The running jobs by expected end and in victim order, built when first needed."""
+        if self.running_cache is None:
+            self.running_cache = RunningIndex.of(self)
+        return self.running_cache
 
     def ancestors(self, queue: str) -> list[Queue]:
         """The queue itself and its ancestors, leaf first (stops at a missing parent)."""

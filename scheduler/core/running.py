@@ -1,0 +1,307 @@
+"""What runs, kept across cycles in the two orders the policy reads it in.
+
+A cycle at 1,000 nodes used to spend half its time re-deriving, from every running job,
+two orders that barely change between cycles: the **expected ends** (EASY backfill
+releases running jobs in that order to find when and where a waiting gang could start)
+and the **victim order** (least lost work first; reclaim and preempt take victims in it).
+``RunningIndex`` keeps both, and ``apply`` keeps it current job by job (``update``), so a
+cycle reads them without sorting. It is a derived cache (``State.running_cache``): built
+from the leaf queues' active jobs on first use, dropped when the queue tree changes or a
+snapshot is restored, and checked against a fresh build by the property tests.
+
+Both orders depend on ``now``, but in a way that can be kept:
+
+- A started job's expected end is ``started + runtime - checkpointed``, fixed, except that
+  an end already past counts as ``now``. Ends still ahead are kept sorted (``future``);
+  those that have passed move, once, to ``overrun``, kept by sequence number (at ``now``
+  they all tie on the end). A job not yet started ends ``runtime`` from now: the few such
+  jobs are ordered when read.
+- A victim's key is (lost work, -start, -seq, job) with lost work ``(now - start) ×
+  held GPUs``. Among jobs of one leaf queue holding the same GPUs and not checkpointing,
+  that order is the order of (-start, -seq, job) at every ``now``: ``groups`` keep it.
+  Jobs not yet started (lost work 0 at any time) are kept by sequence; checkpointing
+  jobs, whose lost work saws up and down, are keyed and sorted when read (``dynamic``).
+  Readers merge the groups lazily, so reclaim reads only as far as its budgets allow.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from events.model import MILLI
+
+if TYPE_CHECKING:
+    from scheduler.core.state import Job, State
+
+NEVER = 1 << 62
+"""The expected end of a job without an expected runtime (released last)."""
+
+VictimItem = tuple[int, int, int, str, "Job", int]
+"""(lost GPU-ms, -start, -seq, job id, the job, milli-GPUs it holds): a victim in order."""
+
+
+def held_gpu(job: Job) -> int:
+    """Milli-GPUs of the job's pods that have not finished."""
+    total = 0
+    finished = job.finished
+    for placement in job.placements.values():
+        if finished and placement.pod in finished:
+            continue
+        for slot in placement.gpus:
+            total += slot.milli
+    return total
+
+
+@dataclass(slots=True)
+class _Entry:
+    """What ``add`` indexed of a job, so it can be taken out again."""
+
+    end: tuple[int, int, str] | None
+    """(raw expected end, seq, job) of a started job; None: not started."""
+    leaf: str
+    victim: str
+    """Which victim list holds it: "group", "waiting", "dynamic" or "" (not preemptible)."""
+    key: tuple[Any, ...] | None
+    """Its item in that list (group: (-start, -seq, job); waiting: (-seq, job))."""
+    held: int
+    under: str
+    """The reservation holder it was backfilled under ("" for none)."""
+
+
+@dataclass(slots=True)
+class RunningIndex:
+    """The active jobs of the leaf queues, by expected end and in victim order."""
+
+    mark: int = 0
+    """Started jobs whose raw end is at or before ``mark`` are in ``overrun``."""
+    future: list[tuple[int, int, str]] = field(default_factory=list)
+    """(raw expected end, seq, job) of started jobs ending after ``mark``, sorted."""
+    overrun: list[tuple[int, str]] = field(default_factory=list)
+    """(seq, job) of started jobs whose expected end has passed, sorted."""
+    unstarted: dict[str, None] = field(default_factory=dict)
+    """Active jobs not yet started: their expected end counts from ``now``."""
+    groups: dict[str, dict[int, list[tuple[int, int, str]]]] = field(default_factory=dict)
+    """leaf -> GPUs held -> sorted (-start, -seq, job) of its preemptible started jobs
+    that do not checkpoint."""
+    waiting: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    """leaf -> sorted (-seq, job) of its preemptible jobs not yet started."""
+    dynamic: dict[str, dict[str, None]] = field(default_factory=dict)
+    """leaf -> its preemptible checkpointing jobs (and any started at time 0)."""
+    under: dict[str, dict[str, None]] = field(default_factory=dict)
+    """reservation holder -> preemptible jobs backfilled under it."""
+    held: dict[str, int] = field(default_factory=dict)
+    """job -> milli-GPUs it holds (every indexed job)."""
+    entries: dict[str, _Entry] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, state: State) -> RunningIndex:
+        """Index every active job of the leaf queues."""
+        index = cls(mark=state.now)
+        jobs = state.jobs
+        for leaf in state.leaf_queues():
+            for job_id in leaf.active:
+                index.add(jobs[job_id], leaf.name)
+        return index
+
+    # ----------------------------------------------------------------- upkeep
+
+    def update(self, state: State, job: Job) -> None:
+        """The job's placements, start or backfill mark changed: index it afresh."""
+        if job.job in self.entries:
+            self.remove(job.job)
+        queue = state.queues.get(job.queue)
+        if queue is not None and not queue.children and job.job in queue.active:
+            self.add(job, queue.name)
+
+    def add(self, job: Job, leaf: str) -> None:
+        job_id = job.job
+        held = held_gpu(job)
+        self.held[job_id] = held
+        end: tuple[int, int, str] | None = None
+        if job.started_at is None:
+            self.unstarted[job_id] = None
+        else:
+            runtime = job.expected_runtime_ms
+            raw = NEVER if runtime is None else job.started_at + runtime - job.checkpointed_ms
+            end = (raw, job.seq, job_id)
+            if raw <= self.mark:
+                insort(self.overrun, (job.seq, job_id))
+            else:
+                insort(self.future, end)
+        victim = ""
+        key: tuple[Any, ...] | None = None
+        if job.preemptible:
+            if job.started_at is None:
+                victim = "waiting"
+                key = (-job.seq, job_id)
+                insort(self.waiting.setdefault(leaf, []), key)
+            elif job.checkpoint_interval_ms or not job.started_at:
+                # ``victim_key`` reads a start at 0 as "now": keyed when read, as these.
+                victim = "dynamic"
+                self.dynamic.setdefault(leaf, {})[job_id] = None
+            else:
+                victim = "group"
+                key = (-job.started_at, -job.seq, job_id)
+                insort(self.groups.setdefault(leaf, {}).setdefault(held, []), key)
+        under = job.backfill_for if job.preemptible else ""
+        if under:
+            self.under.setdefault(under, {})[job_id] = None
+        self.entries[job_id] = _Entry(end, leaf, victim, key, held, under)
+
+    def remove(self, job_id: str) -> None:
+        entry = self.entries.pop(job_id)
+        del self.held[job_id]
+        if entry.end is None:
+            del self.unstarted[job_id]
+        elif entry.end[0] <= self.mark:
+            _remove(self.overrun, (entry.end[1], job_id))
+        else:
+            _remove(self.future, entry.end)
+        leaf = entry.leaf
+        if entry.victim == "group":
+            by_held = self.groups[leaf]
+            _remove(by_held[entry.held], entry.key)
+            if not by_held[entry.held]:
+                del by_held[entry.held]
+        elif entry.victim == "waiting":
+            _remove(self.waiting[leaf], entry.key)
+        elif entry.victim == "dynamic":
+            del self.dynamic[leaf][job_id]
+        if entry.under:
+            holders = self.under[entry.under]
+            del holders[job_id]
+            if not holders:
+                del self.under[entry.under]
+
+    def advance(self, now: int) -> None:
+        """Move the started jobs whose expected end has passed by ``now`` to ``overrun``."""
+        if now <= self.mark:
+            return
+        cut = bisect_left(self.future, (now + 1,))
+        if cut:
+            passed = [(seq, job_id) for _, seq, job_id in self.future[:cut]]
+            del self.future[:cut]
+            if len(passed) > 16:
+                self.overrun.extend(passed)
+                self.overrun.sort()
+            else:
+                for item in passed:
+                    insort(self.overrun, item)
+        self.mark = now
+
+    # ----------------------------------------------------------------- reading
+
+    def ends(self, state: State, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
+        """(expected end, seq, job) of every indexed job, soonest first (ends already
+        past count as ``now``; jobs without an expected runtime last); only the jobs
+        holding GPUs if ``gpus_only``. Lazy: the caller stops when it has seen enough."""
+        now = state.now
+        self.advance(now)
+        jobs = state.jobs
+        starting = []
+        for job_id in self.unstarted:
+            job = jobs[job_id]
+            runtime = job.expected_runtime_ms
+            end = NEVER if runtime is None else max(now, now + runtime - job.checkpointed_ms)
+            starting.append((end, job.seq, job_id))
+        starting.sort()
+        overrun = ((now, seq, job_id) for seq, job_id in self.overrun)
+        merged = heapq.merge(overrun, self.future, starting)
+        if not gpus_only:
+            return merged
+        return (item for item in merged if jobs[item[2]].request[0])
+
+    def victims(self, state: State, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
+        """The leaf's preemptible jobs as sorted streams of ``VictimItem``: one per group
+        of equal GPUs held (with that amount), and the others (with None)."""
+        now = state.now
+        jobs = state.jobs
+        streams: list[tuple[int | None, Iterator[VictimItem]]] = []
+        for held, items in self.groups.get(leaf, {}).items():
+            streams.append((held, _grouped(items, held, now, jobs)))
+        waiting = self.waiting.get(leaf)
+        held_of = self.held
+        if waiting:
+            streams.append(
+                (
+                    None,
+                    (
+                        (0, -now, neg_seq, job_id, jobs[job_id], held_of[job_id])
+                        for neg_seq, job_id in waiting
+                    ),
+                )
+            )
+        dynamic = self.dynamic.get(leaf)
+        if dynamic:
+            keyed = []
+            for job_id in dynamic:
+                job = jobs[job_id]
+                held = held_of[job_id]
+                keyed.append((*victim_key(job, now, held), job, held))
+            keyed.sort()
+            streams.append((None, iter(keyed)))
+        return streams
+
+    def victim_order(self, state: State, leaves: Iterable[str]) -> Iterator[VictimItem]:
+        """The preemptible jobs of these leaves, cheapest victim first."""
+        streams = [it for leaf in leaves for _, it in self.victims(state, leaf)]
+        return iter(streams[0]) if len(streams) == 1 else heapq.merge(*streams)
+
+    def backfilled_under(self, state: State, holder: str) -> list[Job]:
+        """Preemptible jobs backfilled under ``holder``'s reservation, in victim order."""
+        found = self.under.get(holder)
+        if not found:
+            return []
+        now = state.now
+        jobs = state.jobs
+        return sorted(
+            (jobs[j] for j in found),
+            key=lambda job: victim_key(job, now, self.held[job.job]),
+        )
+
+    def content(self, now: int) -> dict[str, object]:
+        """Everything indexed, in a form independent of how it was built (for tests)."""
+        self.advance(now)
+        return {
+            "ends": [(now, seq, job) for seq, job in self.overrun] + sorted(self.future),
+            "unstarted": sorted(self.unstarted),
+            "groups": {
+                leaf: {held: items for held, items in sorted(by_held.items()) if items}
+                for leaf, by_held in sorted(self.groups.items())
+                if any(by_held.values())
+            },
+            "waiting": {leaf: items for leaf, items in sorted(self.waiting.items()) if items},
+            "dynamic": {leaf: sorted(d) for leaf, d in sorted(self.dynamic.items()) if d},
+            "under": {h: sorted(d) for h, d in sorted(self.under.items())},
+            "held": dict(sorted(self.held.items())),
+        }
+
+
+def victim_key(victim: Job, now: int, held: int) -> tuple[int, int, int, str]:
+    """Victim order: least lost work first, then newest, then the job id (``held``: the
+    milli-GPUs the victim holds, which weigh its lost work)."""
+    started = victim.started_at
+    if started is None or now <= started:
+        lost = 0
+    else:
+        ran = now - started
+        interval = victim.checkpoint_interval_ms
+        kept = (ran // interval) * interval if interval else 0
+        lost = (ran - kept) * held // MILLI
+    return (lost, -(started or now), -victim.seq, victim.job)
+
+
+def _grouped(
+    items: list[tuple[int, int, str]], held: int, now: int, jobs: dict[str, Job]
+) -> Iterator[VictimItem]:
+    for neg_start, neg_seq, job_id in items:
+        yield ((now + neg_start) * held // MILLI, neg_start, neg_seq, job_id, jobs[job_id], held)
+
+
+def _remove(items: list[Any], key: Any) -> None:
+    """Take ``key`` out of the sorted list ``items`` (it is there)."""
+    del items[bisect_left(items, key)]
