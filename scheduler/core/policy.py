@@ -47,7 +47,7 @@ from scheduler.core.placement import (
     split_gang,
     spread_score,
 )
-from scheduler.core.running import VictimItem, held_gpu
+from scheduler.core.running import VictimItem, gpu_spots, held_gpu
 from scheduler.core.state import (
     ACTIVE,
     PENDING,
@@ -792,6 +792,11 @@ class Victims:
         """Jobs backfilled under ``job_id``'s reservation, in victim order."""
         return self.state.running_index().backfilled_under(self.state, job_id)
 
+    def spots(self, job: Job) -> tuple[tuple[str, int], ...]:
+        """(node, milli-GPUs) of each of the job's pods holding GPUs now."""
+        found = self.state.running_index().spots.get(job.job)
+        return gpu_spots(job) if found is None else found
+
     def held_gpu(self, job: Job) -> int:
         """Milli-GPUs the job holds now."""
         held = self.held.get(job.job)
@@ -816,7 +821,7 @@ def _make_room(
     free_now = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
 
     def room(candidates: list[Job]) -> bool:
-        return _fits_after(state, stmt, demand, need, free_now, candidates)
+        return _fits_after(state, stmt, demand, need, free_now, candidates, victims)
 
     if state.config.reclaim:
         attempts.append(("reclaim", _reclaim_candidates(state, queue, job, shares, victims)))
@@ -908,6 +913,7 @@ def _fits_after(
     need: int,
     free: int,
     candidates: list[Job],
+    victims: Victims,
 ) -> bool:
     """Could the gang fit at all were every candidate evicted? The victims' GPUs are
     only booked per node (no statement steps), then the bounds of ``may_fit`` applied:
@@ -915,11 +921,8 @@ def _fits_after(
     """
     extra: dict[str, int] = {}
     for victim in candidates:
-        for placement in victim.live():
-            milli = 0
-            for slot in placement.gpus:
-                milli += slot.milli
-            extra[placement.node] = extra.get(placement.node, 0) + milli
+        for name, milli in victims.spots(victim):
+            extra[name] = extra.get(name, 0) + milli
             free += milli
     if free < need:
         return False
@@ -1080,36 +1083,51 @@ def _reclaim_candidates(
     # The givers' victims in order, merged from their streams. A stream whose jobs all hold
     # more GPUs than their queue may still give is dropped: budgets only shrink, so none
     # of its jobs could be taken any more (reading on would refuse each of them).
-    heap: list[tuple[VictimItem, int, Iterator[VictimItem]]] = []
+    now = state.now
+    for levels in levels_of.values():
+        for name, _ in levels:
+            taken[name] = 0
+    heap: list[tuple[VictimItem, int, Iterator[VictimItem], list[tuple[str, int]], int]] = []
     for leaf in givers:
+        levels = levels_of[leaf]
+        floor = state.queues[leaf].reclaim_min_runtime_ms  # _protected, inlined below
         for same, stream in victims.streams(leaf):
             first = next(stream, None)
             if first is not None:
-                heap.append((first, -1 if same is None else same, stream))
+                heap.append((first, -1 if same is None else same, stream, levels, floor))
     heapq.heapify(heap)
     while heap:
-        item, same, stream = heap[0]
+        top = heap[0]
+        item, same, stream, levels, floor = top
         victim, held = item[4], item[5]
-        levels = levels_of[victim.queue]
-        if (
-            victim.status in ACTIVE
-            and not _protected(state, victim, "reclaim")
-            and all(taken.get(name, 0) + held <= most for name, most in levels)
-        ):
-            for name, _ in levels:
-                taken[name] = taken.get(name, 0) + held
-            allowed.append(victim)
+        if victim.status in ACTIVE:
+            began = victim.started_at
+            if began is None:
+                protected = victim.allocated_at == now or floor > 0
+            else:
+                protected = floor > 0 and now - began < floor
+            if not protected:
+                for name, most in levels:
+                    if taken[name] + held > most:
+                        break
+                else:
+                    for name, _ in levels:
+                        taken[name] += held
+                    allowed.append(victim)
         following = next(stream, None)
-        if (
-            following is not None
-            and same >= 0
-            and any(taken.get(name, 0) + same > most for name, most in levels)
-        ):
-            following = None
+        if following is not None and same >= 0:
+            for name, most in levels:
+                if taken[name] + same > most:
+                    following = None  # budgets only shrink: the stream has nothing more
+                    break
         if following is None:
             heapq.heappop(heap)
+        elif (len(heap) < 2 or following < heap[1][0]) and (
+            len(heap) < 3 or following < heap[2][0]
+        ):
+            heap[0] = (following, same, stream, levels, floor)  # still the smallest
         else:
-            heapq.heapreplace(heap, (following, same, stream))
+            heapq.heapreplace(heap, (following, same, stream, levels, floor))
     return allowed
 
 

@@ -56,6 +56,21 @@ def held_gpu(job: Job) -> int:
     return total
 
 
+def gpu_spots(job: Job) -> tuple[tuple[str, int], ...]:
+    """(node, milli-GPUs) of each of the job's pods that holds GPUs and has not finished."""
+    finished = job.finished
+    spots = []
+    for placement in job.placements.values():
+        if finished and placement.pod in finished:
+            continue
+        milli = 0
+        for slot in placement.gpus:
+            milli += slot.milli
+        if milli:
+            spots.append((placement.node, milli))
+    return tuple(spots)
+
+
 @dataclass(slots=True)
 class _Entry:
     """What ``add`` indexed of a job, so it can be taken out again."""
@@ -95,6 +110,8 @@ class RunningIndex:
     """reservation holder -> preemptible jobs backfilled under it."""
     held: dict[str, int] = field(default_factory=dict)
     """job -> milli-GPUs it holds (every indexed job)."""
+    spots: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """job -> (node, milli-GPUs) of each of its pods holding GPUs (every indexed job)."""
     entries: dict[str, _Entry] = field(default_factory=dict)
 
     @classmethod
@@ -119,8 +136,12 @@ class RunningIndex:
 
     def add(self, job: Job, leaf: str) -> None:
         job_id = job.job
-        held = held_gpu(job)
+        spots = gpu_spots(job)
+        held = 0
+        for _, milli in spots:
+            held += milli
         self.held[job_id] = held
+        self.spots[job_id] = spots
         end: tuple[int, int, str] | None = None
         if job.started_at is None:
             self.unstarted[job_id] = None
@@ -155,6 +176,7 @@ class RunningIndex:
     def remove(self, job_id: str) -> None:
         entry = self.entries.pop(job_id)
         del self.held[job_id]
+        del self.spots[job_id]
         if entry.end is None:
             del self.unstarted[job_id]
         elif entry.end[0] <= self.mark:
@@ -278,6 +300,7 @@ class RunningIndex:
             "dynamic": {leaf: sorted(d) for leaf, d in sorted(self.dynamic.items()) if d},
             "under": {h: sorted(d) for h, d in sorted(self.under.items())},
             "held": dict(sorted(self.held.items())),
+            "spots": dict(sorted(self.spots.items())),
         }
 
 
