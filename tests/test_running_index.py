@@ -1,4 +1,5 @@
-"""The running index (``scheduler/core/running.py``) is what a fresh look would give.
+"""The running index (``scheduler/core/running.py``) is what a fresh look would give
+(and so is the pending demand kept per queue, ``State.wanted``).
 
 ``apply`` keeps the index current job by job across cycles; these tests fold random
 inputs (starts, finishes, failed binds, cancels, node and queue churn, policy switches)
@@ -53,6 +54,12 @@ def _plain_victims(state: State, leaves: list[str]) -> list[tuple[int, int, int,
 
 
 def _check(state: State) -> None:
+    if state.wanted_cache is not None:
+        wanted = dict(state.wanted_cache)
+        state.wanted_cache = None
+        assert {q.name: state.wanted(q) for q in state.queues.values()} == {
+            q.name: wanted.get(q.name, [0, 0, 0]) for q in state.queues.values()
+        }
     index = state.running_cache
     if index is None:
         return

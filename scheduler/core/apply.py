@@ -144,9 +144,11 @@ def apply(state: State, event: Event, at: int) -> State:
         case QueueConfigured():
             _queue_configured(state, event)
             state.running_cache = None  # which queues are leaves may have changed
+            state.wanted_cache = None
         case QueueRemoved(queue=name):
             _queue_removed(state, name)
             state.running_cache = None
+            state.wanted_cache = None
         case PolicyConfigured(policy=policy):
             state.policy = policy
             state.config = event

@@ -41,16 +41,10 @@ def capacity(state: State) -> list[int]:
 def demands(state: State) -> dict[str, list[int]]:
     """Per queue (inner ones included): allocated plus pending requests of its subtree."""
     result: dict[str, list[int]] = {name: list(q.allocated) for name, q in state.queues.items()}
-    jobs = state.jobs
     for leaf in state.queues.values():
         if not leaf.pending:
             continue
-        want = [0, 0, 0]
-        for _, _, job_id in leaf.pending:
-            gpu, cpu, memory = jobs[job_id].request
-            want[0] += gpu
-            want[1] += cpu
-            want[2] += memory
+        want = state.wanted(leaf)
         for queue in state.ancestors(leaf.name):
             row = result[queue.name]
             row[0] += want[0]

@@ -920,8 +920,10 @@ def _fits_after(
     a rule whose every candidate together cannot make room is not tried victim by victim.
     """
     extra: dict[str, int] = {}
+    indexed = state.running_index().spots
     for victim in candidates:
-        for name, milli in victims.spots(victim):
+        spots = indexed.get(victim.job)
+        for name, milli in victims.spots(victim) if spots is None else spots:
             extra[name] = extra.get(name, 0) + milli
             free += milli
     if free < need:

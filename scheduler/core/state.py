@@ -225,6 +225,9 @@ class State:
     whether plain gangs of these pod sizes fit them)."""
     free_index_cache: FreeIndex | None = None
     """Cache: nodes by free GPUs (built on first use, dropped when nodes come or go)."""
+    wanted_cache: dict[str, list[int]] | None = None
+    """Cache: per queue, the summed request of its pending jobs (built on first use, kept
+    by ``add_pending``/``remove_pending``, dropped when the queue tree changes)."""
     running_cache: RunningIndex | None = None
     """Cache: the running jobs by expected end and in victim order (built on first use,
     kept current by ``apply``, dropped when the queue tree changes)."""
@@ -276,14 +279,30 @@ class State:
         queue = self.queues.get(job.queue)
         if queue is not None:
             insort(queue.pending, key)
+            if self.wanted_cache is not None:
+                _add_request(self.wanted_cache, queue.name, job.request, 1)
 
     def remove_pending(self, job: Job) -> None:
         """Take a job out of the pending orders, where it is there."""
         key = job.pending_key
         _remove_sorted(self.pending, key)
         queue = self.queues.get(job.queue)
-        if queue is not None:
-            _remove_sorted(queue.pending, key)
+        if (
+            queue is not None
+            and _remove_sorted(queue.pending, key)
+            and self.wanted_cache is not None
+        ):
+            _add_request(self.wanted_cache, queue.name, job.request, -1)
+
+    def wanted(self, queue: Queue) -> list[int]:
+        """The summed [gpu, cpu, memory] request of the queue's pending jobs."""
+        if self.wanted_cache is None:
+            cache: dict[str, list[int]] = {}
+            for q in self.queues.values():
+                for _, _, job_id in q.pending:
+                    _add_request(cache, q.name, self.jobs[job_id].request, 1)
+            self.wanted_cache = cache
+        return self.wanted_cache.get(queue.name, [0, 0, 0])
 
     def in_pending(self, job: Job) -> bool:
         """Whether the job's key is in a pending order (its status may say otherwise)."""
@@ -391,11 +410,24 @@ def _in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> 
     return index < len(items) and items[index] == key
 
 
-def _remove_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> None:
-    """Remove ``key`` from a sorted list of unique keys, if present."""
+def _remove_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
+    """Remove ``key`` from a sorted list of unique keys, if present (True if it was)."""
     index = bisect_left(items, key)
     if index < len(items) and items[index] == key:
         del items[index]
+        return True
+    return False
+
+
+def _add_request(
+    sums: dict[str, list[int]], queue: str, request: tuple[int, int, int], sign: int
+) -> None:
+    row = sums.get(queue)
+    if row is None:
+        row = sums[queue] = [0, 0, 0]
+    row[0] += sign * request[0]
+    row[1] += sign * request[1]
+    row[2] += sign * request[2]
 
 
 def node_from_capacity(
