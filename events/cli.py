@@ -144,14 +144,27 @@ def _stdout() -> IO[bytes]:
     return sys.stdout.buffer
 
 
+@contextlib.contextmanager
+def _reading(ledger: str) -> Iterator[LedgerReader]:
+    """The reader of ``ledger`` (directory or ``kafka://``), closed when the command ends:
+    a Kafka reader holds a consumer whose connections would otherwise be left to the
+    garbage collector (and its "Unclosed AIOKafkaConsumer" warning)."""
+    reader = open_reader(ledger)
+    try:
+        yield reader
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+
+
 def _cat(args: argparse.Namespace) -> int:
     types: set[str] | None = set(args.types) if args.types else None
     if types is not None and not types <= TAGS.keys():
         unknown = ", ".join(sorted(types - TAGS.keys()))
         _fail(f"unknown event type {unknown}; known: {', '.join(sorted(TAGS))}")
     out = _stdout()
-    with _user_errors():
-        reader = open_reader(args.ledger)
+    with _user_errors(), _reading(args.ledger) as reader:
         for off, env in reader.read(args.start, args.end):
             if types is None or env.type in types:
                 out.write(to_json_line(off, env) + b"\n")
@@ -161,8 +174,7 @@ def _cat(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     out = _stdout()
-    with _user_errors():
-        reader = open_reader(args.ledger)
+    with _user_errors(), _reading(args.ledger) as reader:
         end = reader.end_offset()
         for off, env in reader.read(max(end - args.count, 0), end):
             out.write(to_json_line(off, env) + b"\n")
@@ -204,10 +216,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    with _user_errors():
-        # A Kafka ledger topic (kafka://…) exports like a directory does.
-        reader = open_reader(args.ledger) if args.ledger.startswith("kafka://") else None
-        reader = reader or LedgerDirReader(args.ledger)
+    # A Kafka ledger topic (kafka://…) exports like a directory does.
+    with _user_errors(), _reading(args.ledger) as reader:
         if args.out == "-":
             out = _stdout()
             count = export_jsonl(reader, out, args.start, args.end)

@@ -68,3 +68,58 @@ def test_binder_shares_the_ledger_and_intake_it_follows() -> None:
         mounts = {str(v).split(":")[0]: str(v).split(":")[1] for v in svc[name]["volumes"]}  # type: ignore[attr-defined]
         assert mounts["kube-log"] == "/log"
         assert arg(name, "--intake").startswith("/log/")
+
+
+def _interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ``${NAME:-default}`` substitution, the only form compose.yaml uses."""
+    import re
+
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), value)
+
+
+def test_kafka_clients_take_security_settings_and_mounted_secrets(tmp_path: Path) -> None:
+    """Every service that talks to Kafka gets the GPULEDGER_KAFKA_* settings and the secrets
+    directory; unset, they mean PLAINTEXT; set, they reach KafkaSecurity as given."""
+    from events.kafkalog import ENV_PREFIX, KafkaSecurity
+
+    svc = services()
+    kafka_clients = [
+        n for n, s in svc.items() if "kafka:9092" in " ".join(map(str, s.get("command", [])))
+    ]  # type: ignore[arg-type]
+    assert {"scheduler", "scheduler-standby", "clock", "projector"} <= set(kafka_clients)
+    for name in kafka_clients:
+        env = svc[name]["environment"]
+        assert isinstance(env, dict), name
+        for key in (
+            "SECURITY_PROTOCOL",
+            "SASL_MECHANISM",
+            "SASL_USERNAME",
+            "SASL_PASSWORD_FILE",
+            "SSL_CAFILE",
+            "SSL_CERTFILE",
+            "SSL_KEYFILE",
+        ):
+            assert f"{ENV_PREFIX}{key}" in env, (name, key)
+        assert "SASL_PASSWORD" not in {k.removeprefix(ENV_PREFIX) for k in env}, name  # files only
+        mounts = [_interpolate(str(v), {}) for v in svc[name]["volumes"]]  # type: ignore[attr-defined]
+        assert "./deploy/kafka-secrets:/run/gpuledger:ro" in mounts, name
+        assert (ROOT / "deploy" / "kafka-secrets").is_dir()
+
+        unset = {k: _interpolate(str(v), {}) for k, v in env.items()}
+        assert KafkaSecurity.from_env(unset).security_protocol == "PLAINTEXT", name
+
+        password = tmp_path / "password"
+        password.write_text("s3cret\n")
+        host = {
+            f"{ENV_PREFIX}SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            f"{ENV_PREFIX}SASL_MECHANISM": "SCRAM-SHA-512",
+            f"{ENV_PREFIX}SASL_USERNAME": "gpuledger",
+            f"{ENV_PREFIX}SASL_PASSWORD_FILE": str(password),
+        }
+        given = KafkaSecurity.from_env({k: _interpolate(str(v), host) for k, v in env.items()})
+        assert (given.security_protocol, given.sasl_mechanism, given.sasl_username) == (
+            "SASL_PLAINTEXT",
+            "SCRAM-SHA-512",
+            "gpuledger",
+        ), name
+        assert given.sasl_password == "s3cret", name

@@ -438,6 +438,7 @@ def test_live_path_end_to_end_over_sasl(
         "log", "cat", f"kafka://{s.bootstrap}/{s.prefix}", "--type", "pods_allocated", env=env
     )
     assert done.returncode == 0, done.stderr
+    assert "Unclosed" not in done.stderr  # the reader's consumer is closed, not collected
     assert {line.split('"key":"')[1].split('"')[0] for line in done.stdout.splitlines()} == {
         "sasl-a",
         "sasl-b",
