@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from events.codec import decode_event
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
 from replay.sim import Simulation
 from replay.verify import run as replay
+from scheduler.core import State, apply
 
 MONTH_CLUSTER = "nodes:\n  - {name: n, count: 125, gpus: 8}\n"  # 1,000 GPUs
 MONTH_QUEUES = """queues:
@@ -98,21 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "detail": f"{ours['cycles'] / ours['seconds']:,.0f} cycles/s",
         }
     )
-    started = time.perf_counter()
-    result = replay(ledger)
-    elapsed = time.perf_counter() - started
-    assert result.ok, "the benchmark ledger must replay"
-    rate = result.records / elapsed
-    rows.append(
-        {
-            "benchmark": f"replay --verify of {result.records:,} ledger events",
-            "figure": f"{rate:,.0f} events/s",
-            "target": ">= 50,000 events/s",
-            "ratio": rate / 50_000,
-            "fifo": "",
-            "detail": f"{elapsed:.1f} s",
-        }
-    )
+    rows += replay_rows(ledger)
     from bench.projection import rows as projection_rows  # noqa: PLC0415  # DuckDB bench
 
     rows += projection_rows(ledger)  # the month's first 1,000,000 events into DuckDB
@@ -128,6 +116,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     print(f"\nwrote {args.json}")
     return 0
+
+
+def fold(ledger: MemoryLedger) -> tuple[State, int, float]:
+    """Decode and apply every record of ``ledger`` to a fresh state, as ``state --at`` does
+    (decisions applied as recorded, no cycle re-run): (state, records, seconds)."""
+    state = State()
+    records = 0
+    started = time.perf_counter()
+    for offset, env in ledger.read(0):
+        apply(state, decode_event(env, offset), env.at)
+        records += 1
+    return state, records, time.perf_counter() - started
+
+
+def replay_rows(ledger: MemoryLedger) -> list[dict[str, Any]]:
+    """Issue 8's two replay targets: >= 50,000 events/s decoded and applied, and a verify
+    (which re-runs every recorded cycle as well) of a million-event ledger in under a minute,
+    scaled to the ledger's size."""
+    _, records, fold_s = fold(ledger)
+    started = time.perf_counter()
+    result = replay(ledger)
+    verify_s = time.perf_counter() - started
+    assert result.ok, "the benchmark ledger must replay"
+    target_s = 60.0 * result.records / 1_000_000
+    return [
+        {
+            "benchmark": f"decode + apply {records:,} ledger events (state --at, restore)",
+            "figure": f"{records / fold_s:,.0f} events/s",
+            "target": ">= 50,000 events/s",
+            "ratio": records / fold_s / 50_000,
+            "fifo": "",
+            "detail": f"{fold_s:.1f} s",
+        },
+        {
+            "benchmark": (
+                f"replay --verify of {result.records:,} ledger events "
+                f"({result.cycles:,} cycles re-run)"
+            ),
+            "figure": f"{verify_s:.1f} s",
+            "target": f"<= {target_s:.0f} s (1 min per 1M)",
+            "ratio": target_s / verify_s,
+            "fifo": "",
+            "detail": f"{result.records / verify_s:,.0f} events/s",
+        },
+    ]
 
 
 def _cell(value: Any) -> str:
