@@ -83,9 +83,7 @@ def test_kafka_clients_take_security_settings_and_mounted_secrets(tmp_path: Path
     from events.kafkalog import ENV_PREFIX, KafkaSecurity
 
     svc = services()
-    kafka_clients = [
-        n for n, s in svc.items() if "kafka:9092" in " ".join(map(str, s.get("command", [])))
-    ]  # type: ignore[arg-type]
+    kafka_clients = [n for n, s in svc.items() if "kafka:9092" in str(s.get("command"))]
     assert {"scheduler", "scheduler-standby", "clock", "projector"} <= set(kafka_clients)
     for name in kafka_clients:
         env = svc[name]["environment"]
