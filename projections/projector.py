@@ -33,8 +33,10 @@ import gc
 import itertools
 import operator
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -795,6 +797,24 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _quick_switches() -> Iterator[None]:
+    """Hand the GIL over every millisecond instead of every 5 during a run.
+
+    The commit thread needs the GIL only briefly (to start each statement and to hand its
+    Arrow tables to DuckDB), but with the default 5 ms switch interval each of those waits
+    for the folding thread's time slice to run out: a batch's commit took three times as
+    long on the writer thread as it does alone. At 1 ms it takes 1.7 times as long and the
+    folding thread hardly notices.
+    """
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(min(was, 0.001))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(was)
+
+
 _QUEUE_EVENTS: frozenset[type[Event]] = frozenset({QueueConfigured, QueueRemoved})
 _JOB_EVENTS: frozenset[type[Event]] = frozenset(
     {
@@ -1240,23 +1260,44 @@ def project(
                 batches=batches,
             )
 
+        def account(done: Future[int], batch: _Batch, advanced_to: int) -> None:
+            nonlocal rows_written, events_read, batches, last_offset, next_offset
+            rows_written += done.result()  # the commit's exception, if it failed
+            events_read += batch.records
+            batches += 1
+            last_offset = batch.last_offset
+            next_offset = advanced_to
+            if progress is not None:
+                progress(stats())
+
         if start >= end:
             return stats()  # up to date: no fold state to load
         # Per-projection starting points: a projection added by a later migration starts
         # at 0 while the others skip what they already hold.
         starts = (next_offsets["events"], next_offsets["queues"], next_offsets["jobs"])
-        with _gc_paused():
+        with (
+            _gc_paused(),
+            _quick_switches(),
+            ThreadPoolExecutor(1, thread_name_prefix="gpuledger-commit") as writer,
+        ):
             fold = _load_fold(con)
             extra = _load_extra(con, reader, next_offsets)
+            # Batch N commits on the writer thread while batch N+1 is folded here: DuckDB
+            # releases the GIL while it inserts, so the two cores share the work (12.0 s
+            # serial, 9.6 s so, for a million events). Commits stay in ledger order, one at
+            # a time; the totals count committed batches only.
+            committing: tuple[Future[int], _Batch, int] | None = None
             for chunk in _batches(reader.read(start, end), batch_size):
                 batch = _prepare_batch(chunk, fold, extra, starts, next_offsets, end)
-                rows_written += _commit_batch(con, batch)
-                events_read += batch.records
-                batches += 1
-                last_offset = batch.last_offset
-                next_offset = min(next_offsets.values())
-                if progress is not None:
-                    progress(stats())
+                if committing is not None:
+                    account(*committing)
+                committing = (
+                    writer.submit(_commit_batch, con, batch),
+                    batch,
+                    min(next_offsets.values()),
+                )
+            if committing is not None:
+                account(*committing)
         return stats()
     finally:
         con.close()

@@ -532,6 +532,31 @@ def test_exception_from_progress_then_resume(tmp_path: Path) -> None:
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
 
 
+def test_progress_sees_each_batch_committed_in_order(tmp_path: Path) -> None:
+    """Batches commit on a writer thread while the next is folded: progress still sees
+    every batch once, in ledger order, with the offset its commit advanced to; the GIL
+    switch interval the run shortens is given back."""
+    import sys
+
+    reader = workload()
+    db = tmp_path / "p.duckdb"
+    interval = sys.getswitchinterval()
+    seen: list[tuple[int, int | None, int, int]] = []
+
+    def check(stats: ProjectStats) -> None:
+        seen.append((stats.events_read, stats.last_offset, stats.next_offset, stats.batches))
+
+    stats = project(reader, db, batch_size=7, progress=check)
+    n = len(reader.records)
+    assert [s[0] for s in seen] == [min(7 * (i + 1), n) for i in range(len(seen))]
+    assert [s[1] for s in seen] == [e - 1 for e, *_ in seen]
+    # next_offset is the lowest projection's: queue_shares lags until its snapshot, at the end
+    assert seen[-1][2] == n and all(s[2] <= s[0] for s in seen)
+    assert [s[3] for s in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1][0] == stats.events_read == n and stats.batches == len(seen)
+    assert sys.getswitchinterval() == interval
+
+
 def test_reader_failing_mid_way_then_resume(tmp_path: Path) -> None:
     reader = workload()
     project(reader, tmp_path / "fresh.duckdb")
