@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from events.model import (
     BindFailed,
-    CycleCompleted,
     Event,
     JobCancelled,
     JobPreempted,
@@ -333,12 +332,13 @@ def state_format() -> str:
     return ";".join(parts)
 
 
-_CORE_NOOPS: frozenset[type[Event]] = frozenset({CycleCompleted, Tick, PodBound, PodEvicted})
+_CORE_NOOPS: frozenset[type[Event]] = frozenset({Tick, PodBound, PodEvicted})
 """Event types ``scheduler.core.apply`` folds as nothing but a later ``state.now``.
 
-Cycle records, ticks and binds are over half of a ledger; the share fold advances the
-clock for them itself instead of sending them through ``apply``'s type match (a test
-checks that both leave the same state)."""
+Ticks and binds are a large part of a ledger; the share fold advances the clock for them
+itself instead of sending them through ``apply``'s type match (a test checks that both
+leave the same state)."""
+
 
 _JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
 _job_fields = operator.attrgetter(*_JOB_FIELDS)

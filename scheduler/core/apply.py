@@ -153,7 +153,14 @@ def apply(state: State, event: Event, at: int) -> State:
             state.policy = policy
             state.config = event
             state.dirty = True
-        case Tick() | CycleCompleted() | PodBound() | PodEvicted():
+        case CycleCompleted():
+            # The cycle this record closes took the fresh jobs in and left nothing to do.
+            # Inside ``cycle`` both are so already; a fold that applies recorded decisions
+            # instead of re-running cycles (``state --at``, the projector's share fold)
+            # would otherwise hold every job id ever submitted in ``fresh``.
+            state.fresh.clear()
+            state.dirty = False
+        case Tick() | PodBound() | PodEvicted():
             pass
         case _:
             pass
