@@ -155,9 +155,9 @@ def apply(state: State, event: Event, at: int) -> State:
             state.dirty = True
         case CycleCompleted():
             # The cycle this record closes took the fresh jobs in and left nothing to do.
-            # Inside ``cycle`` both are so already; a fold that applies recorded decisions
-            # instead of re-running cycles (``state --at``, the projector's share fold)
-            # would otherwise hold every job id ever submitted in ``fresh``.
+            # ``cycle`` relies on this as much as a fold that applies recorded decisions
+            # instead of re-running cycles (``state --at``, the projector's share fold),
+            # which would otherwise hold every job id ever submitted in ``fresh``.
             state.fresh.clear()
             state.dirty = False
         case Tick() | PodBound() | PodEvicted():

@@ -89,7 +89,7 @@ def cycle(state: State, now: int) -> list[Event]:
     if due:
         state.wakeup = None
     if state.policy == "fifo":
-        state.fresh.clear()  # kube-scheduler never rejects: a pod that cannot fit waits
+        # kube-scheduler never rejects: a pod that cannot fit waits, fresh or not.
         if state.dirty:
             baselines.fifo(state, emit)
     else:
@@ -102,11 +102,11 @@ def cycle(state: State, now: int) -> list[Event]:
                 baselines.drf(state, emit)
             else:
                 _gang_policy(state, emit)
-    # A cycle runs until nothing more can start; the next one would change nothing
-    # until an input makes the state dirty again or a time-based rule falls due.
-    state.dirty = False
     if state.config.half_life_ms > 0:
         state.usage_alloc = {q.name: q.allocated[0] for q in state.leaf_queues()}
+    # A cycle runs until nothing more can start; the next one would change nothing until
+    # an input makes the state dirty again or a time-based rule falls due. Applying
+    # CycleCompleted records that (clean, no fresh jobs), here as in any fold of the ledger.
     emit(CycleCompleted(decisions=len(decisions)))
     return decisions
 
