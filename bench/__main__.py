@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from events.codec import decode_event
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
+from replay.inspect import fold as fold_ledger
 from replay.sim import Simulation
 from replay.verify import run as replay
-from scheduler.core import State, apply
+from scheduler.core import State
 
 MONTH_CLUSTER = "nodes:\n  - {name: n, count: 125, gpus: 8}\n"  # 1,000 GPUs
 MONTH_QUEUES = """queues:
@@ -120,15 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def fold(ledger: MemoryLedger) -> tuple[State, int, float]:
-    """Decode and apply every record of ``ledger`` to a fresh state, as ``state --at`` does
-    (decisions applied as recorded, no cycle re-run): (state, records, seconds)."""
-    state = State()
-    records = 0
+    """Decode and apply every record of ``ledger`` to a fresh state with ``state --at``'s
+    fold (decisions applied as recorded, no cycle re-run): (state, records, seconds)."""
     started = time.perf_counter()
-    for offset, env in ledger.read(0):
-        apply(state, decode_event(env, offset), env.at)
-        records += 1
-    return state, records, time.perf_counter() - started
+    state, last = fold_ledger(ledger)
+    return state, last + 1, time.perf_counter() - started
 
 
 def _replay_seconds(ledger: MemoryLedger) -> tuple[int, float, int, int, float]:

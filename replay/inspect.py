@@ -29,9 +29,10 @@ class Snapshot:
     state: State = field(default_factory=State)
 
 
-def state_at(reader: Any, bound: tuple[str, int]) -> Snapshot:
-    """Fold the ledger up to an offset (exclusive) or a time (inclusive)."""
-    kind, value = bound
+def fold(reader: Any, bound: tuple[str, int] | None = None) -> tuple[State, int]:
+    """The state of the ledger's records up to an offset (exclusive) or a time (inclusive),
+    or all of them, each applied as recorded; and the last offset applied (-1: none)."""
+    kind, value = bound if bound is not None else ("all", 0)
     state = State()
     last = -1
     for offset, env in reader.read(0):
@@ -45,7 +46,12 @@ def state_at(reader: Any, bound: tuple[str, int]) -> Snapshot:
         last = offset
     if kind == "time":
         state.now = max(state.now, value)
-    return describe(state, last)
+    return state, last
+
+
+def state_at(reader: Any, bound: tuple[str, int]) -> Snapshot:
+    """Fold the ledger up to an offset (exclusive) or a time (inclusive)."""
+    return describe(*fold(reader, bound))
 
 
 def describe(state: State, last_offset: int) -> Snapshot:
