@@ -177,6 +177,21 @@ class PodFinished(Event, frozen=True, tag="pod_finished"):
     succeeded: bool = True
 
 
+class PodDeleted(Event, frozen=True, tag="pod_deleted"):
+    """The pod object is gone from the cluster (deleted by a person or a controller, evicted
+    by someone else, garbage-collected with its node) while the ledger still knew it.
+
+    The pod's resources are free from now on. A pending job cannot run as submitted any
+    more and is cancelled; a placed gang left below its minimum is ended by the next cycle
+    (``JobTerminated``).
+    """
+
+    job: str
+    pod: str
+    node: str = ""
+    reason: str = ""
+
+
 class Tick(Event, frozen=True, tag="tick"):
     """Clock advance with no other news, so time-based rules run on an idle cluster."""
 
@@ -206,6 +221,13 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     bind_backoff_ms: int = 0
     """Base back-off after a BindFailed, doubled per failure; 0 turns it off."""
     bind_backoff_max_ms: int = 600_000
+    requeue_lost: bool = True
+    """What a job whose pods are lost with their node becomes. True: it goes back to pending
+    whole and is placed again (the simulator's model of a controller re-running it). False
+    (live clusters, where a pod is an API object that cannot be bound twice): the lost pods
+    are released, a gang left below its minimum is ended with ``JobTerminated`` and its
+    surviving pods evicted, and a preempted job ends instead of waiting again (its evicted
+    pods are gone; a controller re-creating them makes a new submission)."""
 
 
 # --------------------------------------------------------------------------- decisions
@@ -256,6 +278,21 @@ class JobUnschedulable(Event, frozen=True, tag="job_unschedulable"):
     final: bool = False
 
 
+class JobTerminated(Event, frozen=True, tag="job_terminated"):
+    """The scheduler ended a job that can no longer run as placed: a gang left below its
+    minimum after members were deleted or lost with their node, or a pod bound elsewhere.
+
+    The job ends as failed. ``pods`` are the pods the binder must remove; those still on a
+    node keep holding their GPUs in the ledger until each is reported gone (``PodEvicted``
+    or ``PodDeleted``), so nothing is placed on a device a terminating pod still uses.
+    """
+
+    job: str
+    queue: str
+    pods: tuple[str, ...]
+    reason: str
+
+
 class CycleCompleted(Event, frozen=True, tag="cycle_completed"):
     """A scheduling cycle ran over the inputs before it and made ``decisions`` decisions.
 
@@ -283,6 +320,9 @@ class BindFailed(Event, frozen=True, tag="bind_failed"):
     pod: str
     node: str
     reason: str
+    bound_node: str = ""
+    """Set when the pod is already bound (to this node, by someone else or before): such a
+    pod can never be bound again, so the allocation is not retried and the job ends."""
 
 
 class PodEvicted(Event, frozen=True, tag="pod_evicted"):
@@ -327,15 +367,19 @@ class EvictionFailed(Event, frozen=True, tag="eviction_failed"):
     """The binder could not evict a preempted pod: the API kept refusing (a
     PodDisruptionBudget answering 429, say) after bounded retries, or refused outright.
 
-    An outcome recorded for audit: the policy core ignores it. The ledger has already
-    released the pod's resources (the preemption stands), so the pod may still be running on
-    ``node`` beyond what the ledger accounts for until someone deletes it.
+    The pod still runs, so the ledger holds its GPU slots (``gpus``) on ``node`` again until
+    it is reported gone (``PodEvicted`` or ``PodDeleted``); a job the ledger had placed on
+    those slots meanwhile gives way and waits again. The binder keeps retrying the eviction
+    with back-off.
     """
 
     job: str
     pod: str
     node: str
     reason: str
+    gpus: tuple[GpuSlot, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
 
 
 AnyEvent = (
@@ -348,11 +392,13 @@ AnyEvent = (
     | JobCancelled
     | PodStarted
     | PodFinished
+    | PodDeleted
     | Tick
     | PolicyConfigured
     | PodsAllocated
     | JobPreempted
     | JobUnschedulable
+    | JobTerminated
     | CycleCompleted
     | PodBound
     | BindFailed
@@ -367,6 +413,7 @@ DECISION_TYPES: tuple[type[Event], ...] = (
     PodsAllocated,
     JobPreempted,
     JobUnschedulable,
+    JobTerminated,
     CycleCompleted,
 )
 """Events the policy core produces; everything else is an input."""
@@ -387,6 +434,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobPreempted,
     JobUnschedulable,
     CycleCompleted,
+    PodDeleted,
+    JobTerminated,
     PodBound,
     BindFailed,
     PodEvicted,
@@ -439,11 +488,13 @@ __all__ = [
     "JobPreempted",
     "JobRejected",
     "JobSubmitted",
+    "JobTerminated",
     "JobUnschedulable",
     "NodeCordoned",
     "NodeRegistered",
     "NodeRemoved",
     "PodBound",
+    "PodDeleted",
     "PodEvicted",
     "PodFinished",
     "PodPlacement",

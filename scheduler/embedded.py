@@ -29,10 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events.codec import DecodeError, Envelope, UnknownEventType, decode_event
+from events.codec import Envelope, encode_envelope
 from events.filelog import FileLedger, LedgerDirReader, LedgerError
-from events.model import Event, Tick
+from events.model import Tick
 from scheduler.engine import Engine
+from scheduler.runtime import Input, Refusal, Runtime, StepResult, live_policy
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class RunnerStats:
     cycles: int = 0
     decisions: int = 0
     skipped: list[str] = field(default_factory=list)
+    """``source@offset`` of every intake record refused (its dead letter says why)."""
 
 
 class EmbeddedRunner:
@@ -102,15 +104,20 @@ class EmbeddedRunner:
         *,
         batch_max: int = 2000,
         poll_s: float = 0.02,
+        max_skew_ms: int = 60_000,
     ) -> None:
-        """Open (or create) the ledger, rebuild the state from it, load intake positions."""
+        """Open (or create) the ledger, rebuild the state from it, load intake positions.
+
+        Refused intake records go to ``<ledger>.deadletters.jsonl`` with the reason.
+        """
         self.intake = Path(intake)
         self.ledger_path = Path(ledger)
         self.state_path = self.ledger_path.with_name(self.ledger_path.name + ".runner.json")
+        self.dead_path = self.ledger_path.with_name(self.ledger_path.name + ".deadletters.jsonl")
         self.batch_max = batch_max
         self.poll_s = poll_s
         self.writer = FileLedger.open(self.ledger_path)
-        self.engine = Engine(self.writer)
+        self.engine = Engine(self.writer, runtime=Runtime(live=True, max_skew_ms=max_skew_ms))
         self.positions: dict[str, int] = {}
         self.stats = RunnerStats()
         self._recover()
@@ -123,6 +130,7 @@ class EmbeddedRunner:
                 raise LedgerError(
                     f"{self.ledger_path}: has {end} records but {self.state_path} is missing"
                 )
+            self._start_ledger()
             return
         before = int(str(saved["ledger_end_before"]))
         key = "after" if end > before else "before"
@@ -136,6 +144,15 @@ class EmbeddedRunner:
             if not result.ok:
                 raise LedgerError(f"{self.ledger_path}: does not replay: {result.mismatch}")
             self.engine.state = result.state
+        else:
+            self._start_ledger()
+
+    def _start_ledger(self) -> None:
+        """A new ledger starts with the live policy, so that a replay knows it."""
+        now = wall_ms()
+        self._commit_then(
+            dict(self.positions), lambda: self.engine.run_step([(live_policy(), now)], now)
+        )
 
     def close(self) -> None:
         """Release the ledger's writer lock."""
@@ -143,24 +160,41 @@ class EmbeddedRunner:
 
     def _step(self, batch: list[tuple[str, int, Envelope]], now: int) -> None:
         after = dict(self.positions)
-        inputs: list[tuple[Event, int]] = []
+        inputs: list[Input | Refusal] = []
         for source, offset, env in batch:
             after[source] = offset + 1
-            try:
-                inputs.append((decode_event(env, offset), env.at))
-            except UnknownEventType:
-                # A newer producer's event: parked (its position still advances).
-                self.stats.skipped.append(f"{source}@{offset}")
-            except DecodeError:
-                log.exception("intake %s offset %d undecodable; skipped", source, offset)
-                self.stats.skipped.append(f"{source}@{offset}")
-        if not inputs:
-            self.positions = after
-            return
-        self._commit_then(after, lambda: self.engine.step(inputs, now))
-        self.stats.inputs += len(inputs)
+            admitted = Runtime.admit(env, offset)
+            inputs.append(admitted if isinstance(admitted, Refusal) else (admitted, env.at))
 
-    def _commit_then(self, after: dict[str, int], append: Callable[[], list[Event]]) -> None:
+        def step() -> StepResult:
+            result = self.engine.run_step(inputs, now, cycle_if_idle=False)
+            self._dead_letters(batch, result.refused)
+            return result
+
+        result = self._commit_then(after, step)
+        self.stats.inputs += result.accepted
+
+    def _dead_letters(self, batch: list[tuple[str, int, Envelope]], refused: list[Refusal]) -> None:
+        """Append refused intake records, with why, to the dead-letter file (durably)."""
+        if not refused:
+            return
+        with open(self.dead_path, "a", encoding="utf-8") as f:
+            for r in refused:
+                source, offset, env = batch[r.index]
+                self.stats.skipped.append(f"{source}@{offset}")
+                log.warning("intake %s@%d refused (%s): %s", source, offset, r.kind, r.reason)
+                row = {
+                    "source": source,
+                    "offset": offset,
+                    "kind": r.kind,
+                    "reason": r.reason,
+                    "record": encode_envelope(env).hex(),
+                }
+                f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _commit_then(self, after: dict[str, int], append: Callable[[], StepResult]) -> StepResult:
         write_json_atomic(
             self.state_path,
             {
@@ -169,10 +203,12 @@ class EmbeddedRunner:
                 "after": after,
             },
         )
-        decisions = append()
+        result = append()
         self.positions = after
-        self.stats.cycles += 1
-        self.stats.decisions += len(decisions) - 1  # CycleCompleted is not a decision to act on
+        if result.decisions:
+            self.stats.cycles += 1
+            self.stats.decisions += len(result.decisions) - 1  # not CycleCompleted
+        return result
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> RunnerStats:
         """Follow intake until ``stop()``; one engine step per drained batch of inputs."""
@@ -212,8 +248,8 @@ class EmbeddedRunner:
                 if wakeup is not None and now >= wakeup:
                     # Time-based rules (min runtimes, stale gangs) need a cycle on an idle
                     # cluster: a Tick input records the time that cycle ran at.
-                    def tick(t: int = now) -> list[Event]:
-                        return self.engine.step([(Tick(), t)], t)
+                    def tick(t: int = now) -> StepResult:
+                        return self.engine.run_step([(Tick(), t)], t)
 
                     self._commit_then(dict(self.positions), tick)
         finally:

@@ -1,43 +1,64 @@
-"""The embedded engine: the one loop every runner shares.
+"""The engine: the runtime step plus a ledger writer, for runners that append to a ledger.
 
-It folds a batch of inputs into the state, runs one cycle, and appends the inputs
-followed by the cycle's decisions to a ledger — the order replay relies on. The simulator
-drives it with simulated time; a live service drives it from intake.
+It hands a batch of inputs to ``Runtime.step`` (validate → apply → cycle) and appends the
+records it returns — the accepted inputs followed by the cycle's decisions, the order
+replay relies on. The simulator drives it with simulated time; the embedded loop drives
+it from intake with the wall clock. Refused inputs are kept in ``refused`` for the runner
+to report (the simulator's inputs are its own, so a refusal there is a bug in a workload).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.codec import Envelope, wrap
+from events.codec import Envelope
 from events.model import Event
 from events.port import LedgerWriter
-from scheduler.core import State, apply, cycle
+from scheduler.core import State
+from scheduler.runtime import Input, Refusal, Runtime, StepResult
 
 
 class Engine:
-    """State + ledger writer; ``step`` is one scheduling cycle over a batch of inputs."""
+    """A ``Runtime`` and a ledger writer; ``step`` is one scheduling cycle over a batch."""
 
-    def __init__(self, writer: LedgerWriter | None = None, *, flush_every: int = 1) -> None:
-        self.state = State()
+    def __init__(
+        self,
+        writer: LedgerWriter | None = None,
+        *,
+        flush_every: int = 1,
+        runtime: Runtime | None = None,
+    ) -> None:
+        """Append to ``writer`` every ``flush_every`` records (None: keep nothing)."""
+        self.runtime = runtime if runtime is not None else Runtime()
         self.writer = writer
         self.flush_every = flush_every
         self._buffer: list[Envelope] = []
         self.records = 0
+        self.refused: list[Refusal] = []
 
-    def step(self, inputs: Sequence[tuple[Event, int]], now: int) -> list[Event]:
-        """Apply ``(event, at)`` inputs in order, run a cycle at ``now``, log it all."""
-        state = self.state
-        buffer = self._buffer
-        for event, at in inputs:
-            apply(state, event, at)
-            buffer.append(wrap(event, at))
-        decisions = cycle(state, now)
-        for decision in decisions:
-            buffer.append(wrap(decision, state.now))
-        if len(buffer) >= self.flush_every:
+    @property
+    def state(self) -> State:
+        """The scheduler's state."""
+        return self.runtime.state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self.runtime.state = state
+
+    def run_step(
+        self, inputs: Sequence[Input | Refusal], now: int, *, cycle_if_idle: bool = True
+    ) -> StepResult:
+        """One runtime step; its records are buffered for the ledger."""
+        result = self.runtime.step(inputs, now, cycle_if_idle=cycle_if_idle)
+        self.refused.extend(result.refused)
+        self._buffer.extend(result.records)
+        if len(self._buffer) >= self.flush_every:
             self.flush()
-        return decisions
+        return result
+
+    def step(self, inputs: Sequence[Input], now: int) -> list[Event]:
+        """Take ``(event, at)`` inputs, run a cycle at ``now``; return its decisions."""
+        return self.run_step(inputs, now).decisions
 
     def flush(self) -> None:
         """Append what is buffered to the ledger (one durable batch)."""

@@ -166,6 +166,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument("--session-timeout-ms", type=int, default=3000, help="failover detection time")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    run.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on this address (e.g. 0.0.0.0:9100 in a container)",
+    )
+    run.add_argument(
+        "--max-skew-s",
+        type=float,
+        default=60.0,
+        help="dead-letter intake stamped more than this ahead of the scheduler's clock",
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     run.set_defaults(func=_kafka_errors(_run))
 
     clock = sub.add_parser("clock", help="emit tick events to intake at a fixed period")
@@ -201,7 +213,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     from scheduler.service import ServiceConfig, run_service  # noqa: PLC0415
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    metrics_host, metrics_port = "127.0.0.1", args.metrics_port
+    if args.metrics_addr:
+        host, sep, port = args.metrics_addr.rpartition(":")
+        if not sep or not port.isdigit():
+            raise _cli_error(f"--metrics-addr {args.metrics_addr!r}: expected HOST:PORT")
+        metrics_host, metrics_port = host or "0.0.0.0", int(port)  # noqa: S104  # asked for
     return run_service(
         ServiceConfig(
             settings=settings_of(args),
@@ -209,7 +230,9 @@ def _run(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             snapshot_every=args.snapshot_every,
             session_timeout_ms=args.session_timeout_ms,
-            metrics_port=args.metrics_port,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            max_skew_ms=round(args.max_skew_s * 1000),
         )
     )
 

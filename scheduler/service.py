@@ -44,11 +44,8 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from events.codec import (
     DecodeError,
     Envelope,
-    UnknownEventType,
     decode_envelope,
-    decode_event,
     encode_envelope,
-    wrap,
 )
 from events.kafkalog import (
     SNAPSHOT_MAX_BYTES,
@@ -61,9 +58,9 @@ from events.kafkalog import (
     start_client,
 )
 from events.model import PodsAllocated, tag_of
-from scheduler.core import State, apply, cycle, fair_shares
+from scheduler.core import State, fair_shares
+from scheduler.runtime import Input, Refusal, Runtime, live_policy
 from scheduler.snapshot import CatchUp, SnapshotError, decode_snapshot, encode_snapshot
-from scheduler.validate import validate
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +237,10 @@ class ServiceConfig:
     session_timeout_ms: int = 3000
     """How long the group waits before a silent active instance loses the domain."""
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    """Address the Prometheus endpoint listens on (``0.0.0.0`` inside a container)."""
+    max_skew_ms: int = 60_000
+    """An intake record stamped further ahead of the scheduler's clock is dead-lettered."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -268,7 +269,7 @@ class SchedulerService:
         self.ledger_tp = TopicPartition(s.ledger, self.partition)
         self.owned = False
         self.active = False
-        self.state = State()
+        self.runtime = Runtime(live=True, max_skew_ms=config.max_skew_ms)
         self.metrics = Metrics()
         self.intake_next = 0
         self.ledger_next = 0
@@ -282,6 +283,15 @@ class SchedulerService:
         """Set when the broker refused this instance's transactional id; ``run`` raises it."""
         self.writer_id = f"{socket.gethostname()}/{os.getpid()}"
 
+    @property
+    def state(self) -> State:
+        """The scheduler's state (the runtime's)."""
+        return self.runtime.state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self.runtime.state = state
+
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; raises ``Fenced`` if another owner took over."""
         cfg = self.config
@@ -289,7 +299,9 @@ class SchedulerService:
         await ensure_topics(s)
         server = None
         if cfg.metrics_port is not None:
-            server = await asyncio.start_server(self._serve_metrics, "127.0.0.1", cfg.metrics_port)
+            server = await asyncio.start_server(
+                self._serve_metrics, cfg.metrics_host, cfg.metrics_port
+            )
         self._consumer = new_consumer(
             s.bootstrap,
             security=s.security,
@@ -429,51 +441,52 @@ class SchedulerService:
         if not msgs or not self.owned:
             return
         started = time.perf_counter()
-        state = self.state
-        accepted: list[Envelope] = []
-        dead: list[DeadLetter] = []
+        inputs: list[Input | Refusal] = []
+        now = wall_ms()
+        if self.ledger_next == 0:
+            # A new ledger starts with the live policy, so that a replay knows it.
+            inputs.append((live_policy(), now))
+        first = len(inputs)
         for m in msgs:
-            value: bytes = m.value or b""
-            kind, reason = "", ""
             try:
-                env = decode_envelope(value, m.offset)
-                event = decode_event(env, m.offset)
-            except UnknownEventType as exc:
-                kind, reason = "unknown_type", str(exc)
+                env = decode_envelope(m.value or b"", m.offset)
             except DecodeError as exc:
-                kind = "schema" if "payload" in str(exc) else "decode"
-                reason = str(exc)
-            else:
-                why = validate(state, event)
-                if why is None:
-                    apply(state, event, env.at)
-                    accepted.append(env)
-                    continue
-                kind, reason = "invalid", why
-            dead.append(
-                DeadLetter(
-                    kind=kind,
-                    reason=reason,
-                    source_topic=m.topic,
-                    source_partition=m.partition,
-                    source_offset=m.offset,
-                    value=value,
-                    at=int(m.timestamp),
-                )
+                inputs.append(Refusal(-1, "decode", str(exc)))
+                continue
+            admitted = Runtime.admit(env, m.offset)
+            inputs.append(admitted if isinstance(admitted, Refusal) else (admitted, env.at))
+        result = self.runtime.step(inputs, now)
+        ledger = result.records
+        decisions = result.decisions
+        dead = [
+            DeadLetter(
+                kind=r.kind,
+                reason=r.reason,
+                source_topic=msgs[r.index - first].topic,
+                source_partition=msgs[r.index - first].partition,
+                source_offset=msgs[r.index - first].offset,
+                value=msgs[r.index - first].value or b"",
+                at=int(msgs[r.index - first].timestamp),
             )
-        ledger: list[Envelope] = list(accepted)
-        decisions: list[Any] = []
-        if accepted:
-            decisions = cycle(state, state.now)
-            ledger += [wrap(d, state.now) for d in decisions]
+            for r in result.refused
+        ]
+        state = self.state
         intake_next = msgs[-1].offset + 1
         await self._commit(ledger, dead, intake_next)
         self.intake_next = intake_next
-        self.metrics.accepted += len(accepted)
+        self.metrics.accepted += result.accepted
         self.metrics.transactions += 1
         for dl in dead:
             self.metrics.dead_letters[dl.kind] = self.metrics.dead_letters.get(dl.kind, 0) + 1
-        if accepted:
+        if decisions:
+            log.info(
+                "cycle at %d: %d inputs, %d decisions, %d dead letters, %.1f ms",
+                self.state.now,
+                result.accepted,
+                len(decisions) - 1,
+                len(dead),
+                (time.perf_counter() - started) * 1000,
+            )
             self.metrics.observe_cycle(time.perf_counter() - started, decisions, state)
         hw = self._consumer.highwater(self.tp)
         if hw is not None:

@@ -135,8 +135,18 @@ def ledger_envelopes(s: KafkaSettings) -> list[Envelope]:
     return [decode_envelope(v) for _, v, _ in read_all(s, s.ledger)]
 
 
-def ledger_inputs(s: KafkaSettings) -> list[bytes]:
-    return [encode_envelope(e) for e in ledger_envelopes(s) if e.type not in DECISION_TAGS]
+def ledger_inputs(s: KafkaSettings) -> list[tuple[str, bytes]]:
+    """The ledger's inputs as (type, payload), without the policy the service records first
+    on a new ledger. The service stamps inputs with its own clock, so ``at`` differs from
+    the producer's; everything else is the intake record as sent."""
+    envs = ledger_envelopes(s)
+    assert envs[0].type == "policy_configured", "a new ledger starts with the live policy"
+    return [(e.type, bytes(e.payload)) for e in envs[1:] if e.type not in DECISION_TAGS]
+
+
+def intake_inputs(s: KafkaSettings) -> list[tuple[str, bytes]]:
+    envs = [decode_envelope(v) for _, v, _ in read_all(s, s.intake)]
+    return [(e.type, bytes(e.payload)) for e in envs]
 
 
 def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
@@ -181,12 +191,12 @@ def job(name: str, queue: str = "train", gpus: int = 1000, pods: int = 1) -> Job
 
 
 def assert_exactly_once_and_replays(s: KafkaSettings) -> None:
-    intake = [v for _, v, _ in read_all(s, s.intake)]
+    intake = intake_inputs(s)
     assert ledger_inputs(s) == intake, "every intake record in the ledger exactly once, in order"
     with KafkaReader(s.bootstrap, s.ledger, security=s.security) as reader:
         result = replay(reader)
     assert result.ok, result.mismatch and result.mismatch.diff()
-    assert result.inputs == len(intake)
+    assert result.inputs == len(intake) + 1  # and the live policy
 
 
 def test_end_to_end_submit_allocate_replay_project(
@@ -380,7 +390,7 @@ def verify_ledger_url(s: KafkaSettings) -> None:
         reader.close()  # type: ignore[attr-defined]  # KafkaReader; the port has no close
     assert result.ok, result.mismatch and result.mismatch.diff()
     assert result.mismatch is None
-    assert result.inputs == len(read_all(s, s.intake))
+    assert result.inputs == len(read_all(s, s.intake)) + 1  # and the live policy
 
 
 def owner_of_two(

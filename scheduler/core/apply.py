@@ -21,15 +21,18 @@ from events.model import (
     BindFailed,
     CycleCompleted,
     Event,
+    EvictionFailed,
     GpuUtilizationSampled,
     JobCancelled,
     JobPreempted,
     JobSubmitted,
+    JobTerminated,
     JobUnschedulable,
     NodeCordoned,
     NodeRegistered,
     NodeRemoved,
     PodBound,
+    PodDeleted,
     PodEvicted,
     PodFinished,
     PodPlacement,
@@ -41,7 +44,7 @@ from events.model import (
     QueueRemoved,
     Tick,
 )
-from scheduler.core.placement import give_back, take
+from scheduler.core.placement import give_back, give_slots, take, take_slots
 from scheduler.core.state import (
     ACTIVE,
     ALLOCATED,
@@ -53,6 +56,7 @@ from scheduler.core.state import (
     SUCCEEDED,
     TERMINAL,
     UNSCHEDULABLE,
+    HeldPod,
     Job,
     Queue,
     State,
@@ -94,7 +98,14 @@ def apply(state: State, event: Event, at: int) -> State:
                 _release(state, job)
                 job.checkpointed_ms += kept
                 job.preemptions += 1
-                _requeue(state, job)
+                if state.config.requeue_lost:
+                    _requeue(state, job)
+                else:
+                    # Live: eviction deletes the pods; they cannot be bound again, so the
+                    # job ends (a controller re-creating them makes a new submission).
+                    job.status = FAILED
+                    job.reason = f"preempted by {event.preemptor or 'the scheduler'}"
+                    _retire(state, job)
         case JobUnschedulable(job=job_id, reason=reason, final=final):
             job = state.jobs.get(job_id)
             if job is not None and job.status == PENDING:
@@ -111,6 +122,14 @@ def apply(state: State, event: Event, at: int) -> State:
                 _release(state, job)
                 job.status = CANCELLED
                 _retire(state, job)
+        case BindFailed(job=job_id, pod=pod, bound_node=bound_node) if bound_node:
+            # The pod is bound already and can never be bound again: the allocation is
+            # not retried; the job ends, its other pods evicted (``JobTerminated``).
+            job = state.jobs.get(job_id)
+            if job is not None and job.status in ACTIVE and pod in job.placements:
+                _lose_pod(state, job, pod, f"pod {pod} is bound to node {bound_node} already")
+                if job.job in state.jobs and job.status in ACTIVE:
+                    state.broken.setdefault(job.job, f"pod {pod} is bound to {bound_node}")
         case BindFailed(job=job_id):
             # All-or-nothing: a gang with a pod that failed to bind goes back whole, and
             # backs off so a bind that keeps failing does not win the same GPUs every cycle.
@@ -131,6 +150,14 @@ def apply(state: State, event: Event, at: int) -> State:
             state.free_index_cache = None  # rebuilt on next use with the new node set
             _node_registered(state, event)
             state.topology += 1
+        case PodDeleted(job=job_id, pod=pod, reason=reason):
+            _pod_deleted(state, job_id, pod, reason or "deleted")
+        case JobTerminated(job=job_id, reason=reason):
+            _terminate(state, job_id, reason)
+        case PodEvicted(job=job_id, pod=pod):
+            _unhold(state, job_id, pod)
+        case EvictionFailed():
+            _hold_unevicted(state, event)
         case NodeRemoved(node=name):
             _node_removed(state, name)
             state.free_index_cache = None
@@ -160,7 +187,7 @@ def apply(state: State, event: Event, at: int) -> State:
             # which would otherwise hold every job id ever submitted in ``fresh``.
             state.fresh.clear()
             state.dirty = False
-        case Tick() | PodBound() | PodEvicted():
+        case Tick() | PodBound():
             pass
         case _:
             pass
@@ -245,8 +272,12 @@ def _add(queue: Queue, gpu: int, cpu: int, memory: int) -> None:
     alloc[2] += memory
 
 
-def _release(state: State, job: Job) -> None:
-    """Give back every placed pod of the job (not yet finished ones)."""
+def _release(state: State, job: Job, *, hold: bool = False) -> None:
+    """Give back every placed pod of the job (not yet finished ones).
+
+    ``hold``: the pods still run until the cluster reports them gone, so their node keeps
+    their resources (``State.held``); only the queues' accounting lets go of them.
+    """
     if not job.placements:
         return
     specs = {p.name: p for p in job.pods}
@@ -254,7 +285,16 @@ def _release(state: State, job: Job) -> None:
     for placement in job.placements.values():
         if placement.pod in job.finished:
             continue
-        _release_pod(state, job, specs[placement.pod], placement, chain)
+        spec = specs[placement.pod]
+        node = state.nodes.get(placement.node) if hold else None
+        if node is not None and node.pods.get(spec.name) == job.job:
+            del node.pods[spec.name]  # its resources stay taken, now by the held pod
+            state.held.setdefault(job.job, {})[spec.name] = HeldPod(
+                placement.node, placement.gpus, spec.cpu_milli, spec.memory_mib
+            )
+            _release_pod(state, job, spec, placement, chain, on_node=False)
+        else:
+            _release_pod(state, job, spec, placement, chain)
     job.placements = {}
     if chain:
         chain[0].active.pop(job.job, None)
@@ -278,9 +318,15 @@ def _reindex(state: State, job: Job) -> None:
 
 
 def _release_pod(
-    state: State, job: Job, spec: PodSpec, placement: PodPlacement, chain: list[Queue]
+    state: State,
+    job: Job,
+    spec: PodSpec,
+    placement: PodPlacement,
+    chain: list[Queue],
+    *,
+    on_node: bool = True,
 ) -> None:
-    node = state.nodes.get(placement.node)
+    node = state.nodes.get(placement.node) if on_node else None
     if node is not None and node.pods.get(spec.name) == job.job:
         give_back(node, spec, placement.gpus, state.free_index_cache)
     gpu = sum(slot.milli for slot in placement.gpus)
@@ -375,6 +421,10 @@ def _node_registered(state: State, event: NodeRegistered) -> None:
             spec = next(p for p in job.pods if p.name == pod_name)
             slots = tuple(s for s in job.placements[pod_name].gpus if s.device < node.gpus)
             take(node, job_id, spec, slots)
+        for pods in state.held.values():
+            for held in pods.values():
+                if held.node == event.node:
+                    take_slots(node, held.gpus, held.cpu_milli, held.memory_mib)
     state.dirty = True
 
 
@@ -391,6 +441,29 @@ def _node_removed(state: State, name: str) -> None:
         return
     # The jobs with pods on a vanished node lose them; a gang cannot run short, so the
     # whole job goes back to pending (its lost work is not a preemption by the policy).
+    # Held pods vanish with their node.
+    for job_id in [
+        j for j, pods in state.held.items() if any(h.node == name for h in pods.values())
+    ]:
+        pods = state.held[job_id]
+        for pod in [p for p, h in pods.items() if h.node == name]:
+            del pods[pod]
+        if not pods:
+            del state.held[job_id]
+    if not state.config.requeue_lost:
+        # Live: the pods on the node are lost; the jobs keep what they hold elsewhere and a
+        # gang left below its minimum is ended by the next cycle (``JobTerminated``).
+        for pod_name, job_id in list(node.pods.items()):
+            job = state.jobs.get(job_id)
+            if job is None:
+                continue
+            if job.status in ACTIVE:
+                _lose_pod(state, job, pod_name, f"node {name} was removed")
+            elif job.status == PENDING:
+                _release(state, job)
+        del state.nodes[name]
+        state.dirty = True
+        return
     victims = list(dict.fromkeys(node.pods.values()))
     for job_id in victims:
         job = state.jobs.get(job_id)
@@ -402,6 +475,119 @@ def _node_removed(state: State, name: str) -> None:
         elif job.status == PENDING:
             _release(state, job)  # a half-placed pod under fifo simply waits again
     del state.nodes[name]
+    state.dirty = True
+
+
+def _lose_pod(state: State, job: Job, pod: str, why: str) -> None:
+    """A placed pod of an active job is gone from the cluster: free what it held.
+
+    The job keeps its other pods. With none left it ends as failed; left below its minimum
+    it is broken, and the next cycle ends it and evicts the survivors (``JobTerminated``).
+    """
+    placement = job.placements.get(pod)
+    if placement is None or pod in job.finished:
+        return
+    spec = next(p for p in job.pods if p.name == pod)
+    _release_pod(state, job, spec, placement, state.ancestors(job.queue))
+    job.finished[pod] = False
+    state.dirty = True
+    live = len(job.placements) - len(job.finished)
+    if live == 0:
+        state.broken.pop(job.job, None)
+        state.stale.pop(job.job, None)
+        job.stale_since = None
+        job.status = FAILED
+        job.reason = why
+        queue = state.queues.get(job.queue)
+        if queue is not None:
+            queue.active.pop(job.job, None)
+        _reindex(state, job)
+        _retire(state, job)
+        return
+    if live < _required(job):
+        state.broken.setdefault(
+            job.job, f"gang below its minimum ({live} of {_required(job)}): {why}"
+        )
+    _reindex(state, job)
+
+
+def _pod_deleted(state: State, job_id: str, pod: str, reason: str) -> None:
+    _unhold(state, job_id, pod)
+    job = state.jobs.get(job_id)
+    if job is None:
+        return
+    if job.status == PENDING:
+        # A pending job whose pod is gone cannot run as submitted.
+        state.remove_pending(job)
+        _release(state, job)
+        job.status = CANCELLED
+        job.reason = f"pod {pod} {reason}"
+        _retire(state, job)
+    elif job.status in ACTIVE:
+        _lose_pod(state, job, pod, f"pod {pod} {reason}")
+
+
+def _terminate(state: State, job_id: str, reason: str) -> None:
+    """``JobTerminated``: the job ends; its pods still on a node are held until gone."""
+    state.broken.pop(job_id, None)
+    job = state.jobs.get(job_id)
+    if job is None or job.status not in ACTIVE:
+        return
+    _release(state, job, hold=True)
+    job.status = FAILED
+    job.reason = reason
+    queue = state.queues.get(job.queue)
+    if queue is not None:
+        queue.active.pop(job.job, None)
+    _retire(state, job)
+
+
+def _unhold(state: State, job_id: str, pod: str) -> None:
+    """A held pod is gone: its node's resources are free."""
+    pods = state.held.get(job_id)
+    held = None if pods is None else pods.pop(pod, None)
+    if held is None:
+        return
+    if not pods:
+        del state.held[job_id]
+    node = state.nodes.get(held.node)
+    if node is not None:
+        give_slots(node, held.gpus, held.cpu_milli, held.memory_mib, state.free_index_cache)
+    state.dirty = True
+
+
+def _hold_unevicted(state: State, event: EvictionFailed) -> None:
+    """A preempted pod still runs: its node's slots are held again until it is gone.
+
+    A job the ledger placed on those slots meanwhile gives way and waits again (the cluster
+    is the truth for what runs).
+    """
+    node = state.nodes.get(event.node)
+    job = state.jobs.get(event.job)
+    if node is None or event.pod in state.held.get(event.job, {}):
+        return
+    if job is not None and event.pod in job.placements and event.pod not in job.finished:
+        return  # the ledger schedules this pod again: not a leftover
+    devices = {s.device: s.milli for s in event.gpus if s.device < node.gpus}
+    short = {d for d, milli in devices.items() if node.free_devices[d] < milli}
+    if short:
+        for job_id in list(dict.fromkeys(node.pods.values())):
+            other = state.jobs.get(job_id)
+            if other is None or other.status not in ACTIVE:
+                continue
+            if any(
+                s.device in short
+                for p in other.placements.values()
+                if p.node == node.name
+                for s in p.gpus
+            ):
+                _release(state, other)
+                _requeue(state, other)
+    slots = tuple(s for s in event.gpus if s.device < node.gpus)
+    take_slots(node, slots, event.cpu_milli, event.memory_mib, state.free_index_cache)
+    state.held.setdefault(event.job, {})[event.pod] = HeldPod(
+        node.name, slots, event.cpu_milli, event.memory_mib
+    )
     state.dirty = True
 
 

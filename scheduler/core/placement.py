@@ -164,16 +164,25 @@ def take(
     index: FreeIndex | None = None,
 ) -> None:
     """Take a pod's resources on a node (keeping the free-capacity index current)."""
+    take_slots(node, slots, pod.cpu_milli, pod.memory_mib, index)
+    node.pods[pod.name] = job
+
+
+def take_slots(
+    node: Node, slots: Iterable[GpuSlot], cpu: int, memory: int, index: FreeIndex | None = None
+) -> None:
+    """Take GPU slots, CPU and memory on a node without naming a pod (``State.held``)."""
     before = node.free_gpu_milli
     devices = node.free_devices
     for slot in slots:
+        if slot.device >= len(devices):
+            continue  # the node was re-announced with fewer GPUs
         if devices[slot.device] == MILLI:
             node.free_whole -= 1
         devices[slot.device] -= slot.milli
         node.free_gpu_milli -= slot.milli
-    node.free_cpu -= pod.cpu_milli
-    node.free_memory -= pod.memory_mib
-    node.pods[pod.name] = job
+    node.free_cpu -= cpu
+    node.free_memory -= memory
     if index is not None:
         index.move(node.name, before, node.free_gpu_milli)
 
@@ -182,6 +191,14 @@ def give_back(
     node: Node, pod: PodSpec, slots: Iterable[GpuSlot], index: FreeIndex | None = None
 ) -> None:
     """Release a pod's resources on a node (keeping the free-capacity index current)."""
+    give_slots(node, slots, pod.cpu_milli, pod.memory_mib, index)
+    node.pods.pop(pod.name, None)
+
+
+def give_slots(
+    node: Node, slots: Iterable[GpuSlot], cpu: int, memory: int, index: FreeIndex | None = None
+) -> None:
+    """The inverse of ``take_slots``."""
     before = node.free_gpu_milli
     devices = node.free_devices
     for slot in slots:
@@ -191,9 +208,8 @@ def give_back(
         node.free_gpu_milli += slot.milli
         if devices[slot.device] == MILLI:
             node.free_whole += 1
-    node.free_cpu += pod.cpu_milli
-    node.free_memory += pod.memory_mib
-    node.pods.pop(pod.name, None)
+    node.free_cpu += cpu
+    node.free_memory += memory
     if index is not None:
         index.move(node.name, before, node.free_gpu_milli)
 

@@ -30,6 +30,7 @@ from events.model import (
     CycleCompleted,
     Event,
     JobPreempted,
+    JobTerminated,
     JobUnschedulable,
     PodPlacement,
     PodsAllocated,
@@ -61,7 +62,7 @@ from scheduler.core.state import (
     node_from_capacity,
 )
 
-REVISION = 4
+REVISION = 5
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 POLICIES = ("gpuledger", "drf", "fifo")
@@ -88,6 +89,8 @@ def cycle(state: State, now: int) -> list[Event]:
     due = state.wakeup is not None and state.wakeup <= state.now
     if due:
         state.wakeup = None
+    if state.broken:
+        _end_broken(state, emit)
     if state.policy == "fifo":
         # kube-scheduler never rejects: a pod that cannot fit waits, fresh or not.
         if state.dirty:
@@ -109,6 +112,23 @@ def cycle(state: State, now: int) -> list[Event]:
     # CycleCompleted records that (clean, no fresh jobs), here as in any fold of the ledger.
     emit(CycleCompleted(decisions=len(decisions)))
     return decisions
+
+
+def _end_broken(state: State, emit: Emit) -> None:
+    """End every job that can no longer run as placed (``State.broken``), in the order they
+    broke: the binder evicts its pods still in the cluster (those on a live node that have
+    not finished, and those left on a removed node)."""
+    for job_id, reason in list(state.broken.items()):
+        job = state.jobs.get(job_id)
+        if job is None or job.status not in ACTIVE:
+            del state.broken[job_id]
+            continue
+        pods = tuple(
+            p.pod
+            for p in job.placements.values()
+            if p.pod not in job.finished or p.node not in state.nodes
+        )
+        emit(JobTerminated(job=job_id, queue=job.queue, pods=pods, reason=reason))
 
 
 def gpus(milli: int) -> str:
@@ -491,7 +511,8 @@ def _try_job(
         failed.append(shape)
     if placements is None and head:
         placements, evicted = _make_room(state, queue, job, shares, stmt, allowed, victims)
-        if placements is None and state.config.consolidation:
+        # Consolidation re-places the pods it moves: only where pods can be re-run (not live).
+        if placements is None and state.config.consolidation and state.config.requeue_lost:
             placements, moves = _consolidate(state, job, stmt, allowed, victims)
             evicted = [(moved, "consolidation") for moved, _ in moves]
     if placements is None:

@@ -12,7 +12,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from events.model import MILLI, PodPlacement, PodSpec, PolicyConfigured, Resources
+from events.model import MILLI, GpuSlot, PodPlacement, PodSpec, PolicyConfigured, Resources
 from scheduler.core.running import RunningIndex
 
 PRIORITY_CLASSES: dict[str, int] = {
@@ -94,6 +94,16 @@ class Node:
     """Free milli-GPUs summed over devices (kept in step with free_devices)."""
     free_whole: int = 0
     """How many devices are entirely free (kept in step with free_devices)."""
+
+
+@dataclass(slots=True)
+class HeldPod:
+    """A pod outside scheduling that still holds resources on a node (see ``State.held``)."""
+
+    node: str
+    gpus: tuple[GpuSlot, ...]
+    cpu_milli: int
+    memory_mib: int
 
 
 @dataclass(slots=True)
@@ -244,6 +254,13 @@ class State:
     """GPU allocation per queue at the end of the last cycle (accrues until the next)."""
     fresh: list[str] = field(default_factory=list)
     """Jobs submitted since the last cycle, to be checked for 'can never fit'."""
+    held: dict[str, dict[str, HeldPod]] = field(default_factory=dict)
+    """Pods the ledger no longer schedules but the cluster still runs: job -> pod -> where.
+    Survivors of a terminated job and victims whose eviction failed keep their node's
+    resources taken until they are reported gone, so no device is handed out twice."""
+    broken: dict[str, str] = field(default_factory=dict)
+    """Placed jobs that can no longer run as placed (a gang below its minimum after pods
+    were lost), with why, in the order they broke; the next cycle ends each one."""
     dirty: bool = True
     """Something changed that could let a pending job start; a clean cycle is a no-op."""
 
