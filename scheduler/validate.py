@@ -28,7 +28,7 @@ from events.model import (
     Resources,
     is_decision,
 )
-from scheduler.core import Queue, State
+from scheduler.core import PRIORITY_CLASSES, Queue, State
 
 
 def validate(state: State, event: Event) -> str | None:
@@ -98,6 +98,14 @@ def _job(state: State, job: JobSubmitted) -> str | None:
             return f"job {job.job}: queue {job.queue!r} is not a leaf queue"
     if not job.pods:
         return f"job {job.job}: no pods"
+    klass = job.priority_class
+    if klass not in PRIORITY_CLASSES and not (
+        klass.isdigit() or (klass[1:].isdigit() and klass[0] == "-")
+    ):
+        return (
+            f"job {job.job}: unknown priority_class {klass!r} (accepted: "
+            f"{', '.join(PRIORITY_CLASSES)}, or a whole number)"
+        )
     names = [p.name for p in job.pods]
     if len(set(names)) != len(names):
         return f"job {job.job}: duplicate pod names"

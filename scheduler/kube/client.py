@@ -126,24 +126,30 @@ def emit_event(
     *,
     component: str,
     warning: bool = False,
+    kind: str = "Pod",
+    api_version: str = "v1",
 ) -> None:
-    """Create a core/v1 Event on a pod (``kubectl describe pod`` and ``get events`` show it).
+    """Create a core/v1 Event on a pod (``kubectl describe pod`` and ``get events`` show it),
+    or on another object given its ``kind`` and ``api_version`` (a cluster-scoped one, such
+    as a Queue, gets its Event in the ``default`` namespace).
 
-    ``pod`` is the pod's JSON or ``(namespace, name, uid)``. Failures are logged, not raised:
+    ``pod`` is the object's JSON or ``(namespace, name, uid)``. Failures are logged, not raised:
     an Event is a courtesy to people and must never stop a decision from being carried out.
     """
     if isinstance(pod, tuple):
         ns, name, uid = pod
     else:
         meta = pod.get("metadata") or {}
-        ns, name, uid = meta.get("namespace", "default"), meta["name"], meta.get("uid", "")
+        ns, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid", "")
+    object_ns = ns
+    ns = ns or "default"
     stamp = now_rfc3339()
     body: Any = {  # the client serialises plain dicts as well as its models
         "metadata": {"generateName": f"{name}.", "namespace": ns},
         "involvedObject": {
-            "kind": "Pod",
-            "apiVersion": "v1",
-            "namespace": ns,
+            "kind": kind,
+            "apiVersion": api_version,
+            "namespace": object_ns,
             "name": name,
             "uid": uid,
         },

@@ -126,12 +126,31 @@ def pod_spec(pod: Obj) -> PodSpec:
     """The ``PodSpec`` of a pod: GPUs, CPU, memory, node selector, tolerations."""
     req = pod_requests(pod)
     ann = _annotations(pod)
-    gpu_milli = int(req.get(GPU_RESOURCE, Decimal(0)) * MILLI)
+    gpus = req.get(GPU_RESOURCE, Decimal(0))
+    if gpus < 0 or gpus != gpus.to_integral_value():
+        raise ValueError(f"resource {GPU_RESOURCE}: {gpus} is not a whole number of GPUs")
+    gpu_milli = int(gpus * MILLI)
     if not gpu_milli and GPU_FRACTION_ANNOTATION in ann:
-        gpu_milli = milli(ann[GPU_FRACTION_ANNOTATION])
+        try:
+            gpu_milli = milli(ann[GPU_FRACTION_ANNOTATION])
+        except ValueError:
+            gpu_milli = 0
         if not 0 < gpu_milli < MILLI:
-            raise ValueError(f"{GPU_FRACTION_ANNOTATION} must be in (0, 1), got {gpu_milli}")
-    gpu_memory = mib(ann[GPU_MEMORY_ANNOTATION]) if GPU_MEMORY_ANNOTATION in ann else 0
+            raise ValueError(
+                f"annotation {GPU_FRACTION_ANNOTATION}: {ann[GPU_FRACTION_ANNOTATION]!r} is not "
+                "a fraction of one GPU (between 0 and 1)"
+            )
+    gpu_memory = 0
+    if GPU_MEMORY_ANNOTATION in ann:
+        try:
+            gpu_memory = mib(ann[GPU_MEMORY_ANNOTATION])
+        except ValueError:
+            gpu_memory = -1
+        if gpu_memory <= 0:
+            raise ValueError(
+                f"annotation {GPU_MEMORY_ANNOTATION}: {ann[GPU_MEMORY_ANNOTATION]!r} is not a "
+                "memory quantity (e.g. 20Gi)"
+            )
     spec = pod.get("spec") or {}
     tolerations = []
     for t in spec.get("tolerations") or []:
@@ -289,7 +308,13 @@ def pod_identity(
     if not group:
         return PodIdentity(ns, f"{ns}/{name}", name, 1)
     if MIN_MEMBER_ANNOTATION in ann:
-        minimum = int(ann[MIN_MEMBER_ANNOTATION])
+        text = str(ann[MIN_MEMBER_ANNOTATION]).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(
+                f"annotation {MIN_MEMBER_ANNOTATION}: {ann[MIN_MEMBER_ANNOTATION]!r} is not a "
+                "whole number of pods (1 or more)"
+            )
+        minimum = int(text)
     elif owner_size is not None and POD_GROUP_LABEL not in labels:
         minimum = owner_size
     else:
@@ -302,20 +327,47 @@ def pod_queue(pod: Obj, default: str) -> str:
     return _labels(pod).get(QUEUE_LABEL) or default
 
 
+PRIORITY_CLASS_NAMES = ("train", "build-preemptible", "build", "inference")
+"""The priority classes the priority-class annotation accepts (or a whole number)."""
+_TRUE = ("true", "yes", "1")
+_FALSE = ("false", "no", "0")
+
+
 def pod_priority_class(pod: Obj) -> str:
-    """The gpuledger priority class: annotation, else ``spec.priorityClassName``, else train."""
+    """The gpuledger priority class: annotation, else ``spec.priorityClassName``, else train.
+
+    The annotation must name one of ``PRIORITY_CLASS_NAMES`` or be a whole number
+    (ValueError otherwise, naming the accepted values); a Kubernetes PriorityClass name that
+    is not one of ours counts as ``train``.
+    """
     ann = _annotations(pod)
-    return (
-        ann.get(PRIORITY_CLASS_ANNOTATION)
-        or (pod.get("spec") or {}).get("priorityClassName")
-        or "train"
-    )
+    if PRIORITY_CLASS_ANNOTATION in ann:
+        value = str(ann[PRIORITY_CLASS_ANNOTATION]).strip()
+        if value in PRIORITY_CLASS_NAMES or value.isdigit():
+            return value
+        raise ValueError(
+            f"annotation {PRIORITY_CLASS_ANNOTATION}: {ann[PRIORITY_CLASS_ANNOTATION]!r} is not "
+            f"one of {', '.join(PRIORITY_CLASS_NAMES)} (or a whole number)"
+        )
+    name = (pod.get("spec") or {}).get("priorityClassName") or ""
+    return name if name in PRIORITY_CLASS_NAMES else "train"
 
 
 def pod_preemptible(pod: Obj) -> bool | None:
-    """The preemptible annotation ("true"/"false"), or None to default from the class."""
+    """The preemptible annotation, or None to default from the class.
+
+    ``true``/``yes``/``1`` or ``false``/``no``/``0`` (any case); ValueError otherwise.
+    """
     value = _annotations(pod).get(PREEMPTIBLE_ANNOTATION)
-    return None if value is None else value.strip().lower() in ("true", "1", "yes")
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError(
+        f"annotation {PREEMPTIBLE_ANNOTATION}: {value!r} is not true or false "
+        f"(accepted: {', '.join(_TRUE + _FALSE)})"
+    )
 
 
 def pod_phase(pod: Obj) -> str:
