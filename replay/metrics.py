@@ -18,6 +18,7 @@ from events.model import (
     JobCancelled,
     JobPreempted,
     JobSubmitted,
+    JobTerminated,
     JobUnschedulable,
     NodeRegistered,
     NodeRemoved,
@@ -181,10 +182,14 @@ def collect(records: Iterable[tuple[int, Envelope]]) -> LedgerMetrics:
                 job._started = 0
                 _depth(m, job.queue, at, +1)
                 m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case JobCancelled(job=job_id):
+            case JobCancelled(job=job_id) | JobTerminated(job=job_id):
+                # (A terminated job's survivors are held until evicted; they count as
+                # released here, as the job's share of the cluster ends with it.)
                 job = m.jobs.get(job_id)
                 if job is None or job.finished is not None:
                     continue
+                if isinstance(event, JobTerminated):
+                    job.succeeded = False
                 if not job._held:
                     _depth(m, job.queue, at, -1)
                 for pod in list(job._held):
