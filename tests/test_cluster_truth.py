@@ -128,6 +128,10 @@ def test_a_single_pod_on_a_removed_node_ends_and_is_deleted() -> None:
     got = w.at(3, NodeRemoved(node=at))
     assert w.status("solo") == "failed"
     assert not of(got, PodsAllocated)
+    # Its pod object is still bound to the node that left: the binder deletes it.
+    assert [(t.pods, t.reason) for t in of(got, JobTerminated)] == [
+        (("solo-0",), f"node {at} was removed")
+    ]
 
 
 def test_the_simulator_keeps_re_placing_jobs_of_a_removed_node() -> None:

@@ -481,8 +481,8 @@ def _node_removed(state: State, name: str) -> None:
 def _lose_pod(state: State, job: Job, pod: str, why: str) -> None:
     """A placed pod of an active job is gone from the cluster: free what it held.
 
-    The job keeps its other pods. With none left it ends as failed; left below its minimum
-    it is broken, and the next cycle ends it and evicts the survivors (``JobTerminated``).
+    The job keeps its other pods. Left below its minimum (with none, too) it is broken: the
+    next cycle ends it and evicts what is left of it (``JobTerminated``).
     """
     placement = job.placements.get(pod)
     if placement is None or pod in job.finished:
@@ -492,22 +492,10 @@ def _lose_pod(state: State, job: Job, pod: str, why: str) -> None:
     job.finished[pod] = False
     state.dirty = True
     live = len(job.placements) - len(job.finished)
-    if live == 0:
-        state.broken.pop(job.job, None)
-        state.stale.pop(job.job, None)
-        job.stale_since = None
-        job.status = FAILED
-        job.reason = why
-        queue = state.queues.get(job.queue)
-        if queue is not None:
-            queue.active.pop(job.job, None)
-        _reindex(state, job)
-        _retire(state, job)
-        return
-    if live < _required(job):
-        state.broken.setdefault(
-            job.job, f"gang below its minimum ({live} of {_required(job)}): {why}"
-        )
+    required = _required(job)
+    if live < required:
+        gang = f"gang below its minimum ({live} of {required}): " if required > 1 else ""
+        state.broken.setdefault(job.job, gang + why)
     _reindex(state, job)
 
 
