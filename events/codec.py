@@ -14,7 +14,7 @@ import msgspec
 
 from events.model import TAGS, AnyEvent, Event, event_key, tag_of
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Envelope(msgspec.Struct, frozen=True):

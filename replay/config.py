@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -168,6 +168,10 @@ class Periodic(msgspec.Struct, tag="periodic", forbid_unknown_fields=True, froze
 Arrival = Poisson | Periodic
 
 
+PriorityClass = Literal["train", "build-preemptible", "build", "inference"]
+"""The priority classes a workload file may name (KAI's; intake also takes a whole number)."""
+
+
 class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """An explicit job."""
 
@@ -180,7 +184,7 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cpu_per_pod: NonNeg = 0
     memory_gib_per_pod: NonNeg = 0
     min_members: Annotated[int, msgspec.Meta(ge=0)] = 0
-    priority_class: str = "train"
+    priority_class: PriorityClass = "train"
     preemptible: bool | None = None
     checkpoint_interval_s: Positive | None = None
     expected_runtime_s: Positive | None = None
@@ -201,7 +205,7 @@ class Generator(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     gpus_per_pod: Number = 1
     cpu_per_pod: NonNeg = 0
     memory_gib_per_pod: NonNeg = 0
-    priority_class: str = "train"
+    priority_class: PriorityClass = "train"
     preemptible: bool | None = None
     checkpoint_interval_s: Positive | None = None
     expected_runtime: bool = False

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast, get_args
 
 import msgspec
 
@@ -34,6 +34,7 @@ from replay.config import (
     ConfigError,
     JobSpec,
     NodeGroup,
+    PriorityClass,
     QueuesFile,
     QueueSpec,
     WorkloadFile,
@@ -679,7 +680,7 @@ def build(
                 gpus_per_pod=_human(job.gpu_milli, MILLI),
                 cpu_per_pod=_human(job.cpu_milli, MILLI),
                 memory_gib_per_pod=_human(job.memory_mib, 1024),
-                priority_class=cls,
+                priority_class=_priority_class(cls),
             )
         )
         summary.jobs += 1
@@ -837,3 +838,11 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def _priority_class(name: str) -> PriorityClass:
+    """A mapping's priority class, checked against the ones a workload may name."""
+    if name not in get_args(PriorityClass):
+        accepted = ", ".join(get_args(PriorityClass))
+        raise ConfigError(f"priority class {name!r} is not one of {accepted}")
+    return cast(PriorityClass, name)

@@ -13,11 +13,13 @@ from events.model import (
     JobPreempted,
     JobRejected,
     JobSubmitted,
+    JobTerminated,
     JobUnschedulable,
     NodeCordoned,
     NodeRegistered,
     NodeRemoved,
     PodBound,
+    PodDeleted,
     PodEvicted,
     PodFinished,
     PodPlacement,
@@ -124,5 +126,12 @@ SAMPLES: list[Event] = [
         node="gpu-07",
         reason="gave up after 6 attempts: ApiException: 429 Cannot evict pod as it would "
         "violate the pod's disruption budget.",
+    ),
+    PodDeleted(job="team-a/ddp", pod="ddp-1", node="gpu-07", reason="deleted from the cluster"),
+    JobTerminated(
+        job="team-a/ddp",
+        queue="team-a",
+        pods=("ddp-0",),
+        reason="gang below its minimum (1 of 2): pod ddp-1 deleted from the cluster",
     ),
 ]

@@ -556,6 +556,8 @@ def _hold_unevicted(state: State, event: EvictionFailed) -> None:
         return
     if job is not None and event.pod in job.placements and event.pod not in job.finished:
         return  # the ledger schedules this pod again: not a leftover
+    if not (event.gpus or event.cpu_milli or event.memory_mib):
+        return  # it holds nothing the ledger accounts for
     devices = {s.device: s.milli for s in event.gpus if s.device < node.gpus}
     short = {d for d, milli in devices.items() if node.free_devices[d] < milli}
     if short:
