@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, NoReturn
 
-from events.codec import DecodeError, to_json_line
+from events.codec import DecodeError, Envelope, to_json_line
 from events.filelog import (
     FileLedger,
-    LedgerDirReader,
     LedgerError,
     export_jsonl,
     import_jsonl,
@@ -53,9 +52,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Inspect, verify, export and import a ledger directory.",
     )
     cmds = log.add_subparsers(dest="log_command", required=True, metavar="SUBCOMMAND")
-    source = "ledger directory or JSON Lines export (.jsonl)"
+    source = "ledger directory, JSON Lines export (.jsonl) or kafka://HOST:PORT/PREFIX"
 
-    cat = cmds.add_parser("cat", help="print records as JSON Lines")
+    cat = cmds.add_parser("cat", help="print records as JSON Lines, optionally following")
     cat.add_argument("ledger", metavar="LEDGER", help=source)
     _add_range(cat, "print")
     cat.add_argument(
@@ -66,6 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="TAG",
         help="only records of these event types (repeatable)",
     )
+    _add_follow(cat)
     cat.set_defaults(func=_cat)
 
     tail = cmds.add_parser("tail", help="print the last records, optionally following")
@@ -78,23 +78,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="how many records (default 10)",
     )
-    tail.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="keep printing records as they are appended (ledger directory only)",
-    )
-    tail.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="with --follow, stop after this long without a new record",
-    )
+    _add_follow(tail)
     tail.set_defaults(func=_tail)
 
     ver = cmds.add_parser("verify", help="check every segment; exit 1 on any problem")
-    ver.add_argument("ledger", metavar="LEDGER", help="ledger directory")
+    ver.add_argument("ledger", metavar="LEDGER", help="ledger directory (not kafka://)")
     ver.set_defaults(func=_verify)
 
     exp = cmds.add_parser("export", help="write the ledger as JSON Lines")
@@ -106,9 +94,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     imp = cmds.add_parser("import", help="append a JSON Lines export to a ledger")
     imp.add_argument("source", metavar="FILE.jsonl", help="JSON Lines file, - for stdin")
     imp.add_argument(
-        "--ledger", required=True, metavar="DIR", help="ledger directory (created if missing)"
+        "--ledger",
+        required=True,
+        metavar="DIR",
+        help="ledger directory (created if missing; not kafka://)",
     )
     imp.set_defaults(func=_import)
+
+
+def _add_follow(parser: argparse.ArgumentParser) -> None:
+    """``-f/--follow`` and ``--idle-timeout``: keep printing records as they are appended."""
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing records as they are appended (or committed, on Kafka)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow, stop after this long without a new record",
+    )
 
 
 def _offset(text: str) -> int:
@@ -125,6 +133,22 @@ def _fail(message: str) -> NoReturn:
     from scheduler.cli import CliError  # noqa: PLC0415  # scheduler.cli imports this module
 
     raise CliError(message)
+
+
+KAFKA_SCHEME = "kafka://"
+
+
+def refuse_kafka_url(value: str | None, option: str, command: str, wants: str) -> None:
+    """Fail (``CliError`` naming ``option``) when ``value`` is a ``kafka://`` URL.
+
+    For options that take a ledger directory only: taken as a path, a URL would be reported
+    as a missing directory, or be created as one (``kafka:/HOST:PORT/PREFIX``).
+    """
+    if value is not None and value[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME:
+        _fail(
+            f"{option} {value}: `gpuledger {command}` cannot use a Kafka ledger; "
+            f"{option} takes {wants}"
+        )
 
 
 @contextlib.contextmanager
@@ -153,9 +177,37 @@ def _reading(ledger: str) -> Iterator[LedgerReader]:
     try:
         yield reader
     finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
+        reader.close()
+
+
+def _last_records(reader: LedgerReader, count: int, end: int) -> list[tuple[int, Envelope]]:
+    """The last ``count`` records before offset ``end``.
+
+    Offsets need not be consecutive (Kafka's transaction markers take some), so the window
+    read back from ``end`` doubles until it holds ``count`` records or reaches offset 0.
+    """
+    if count == 0:
+        return []
+    span = count
+    while True:
+        start = max(end - span, 0)
+        got = list(reader.read(start, end))
+        if len(got) >= count or start == 0:
+            return got[-count:]
+        span *= 2
+
+
+def _print_followed(
+    records: Iterator[tuple[int, Envelope]], out: IO[bytes], types: set[str] | None = None
+) -> None:
+    """Print followed records as they come, until the follow ends or Ctrl-C."""
+    try:
+        for off, env in records:
+            if types is None or env.type in types:
+                out.write(to_json_line(off, env) + b"\n")
+                out.flush()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follow normally ends
 
 
 def _cat(args: argparse.Namespace) -> int:
@@ -163,8 +215,13 @@ def _cat(args: argparse.Namespace) -> int:
     if types is not None and not types <= TAGS.keys():
         unknown = ", ".join(sorted(types - TAGS.keys()))
         _fail(f"unknown event type {unknown}; known: {', '.join(sorted(TAGS))}")
+    if args.follow and args.end is not None:
+        _fail("--until and --follow cannot be combined: a followed ledger has no end")
     out = _stdout()
     with _user_errors(), _reading(args.ledger) as reader:
+        if args.follow:
+            _print_followed(reader.follow(args.start, idle_timeout_s=args.idle_timeout), out, types)
+            return 0
         for off, env in reader.read(args.start, args.end):
             if types is None or env.type in types:
                 out.write(to_json_line(off, env) + b"\n")
@@ -176,23 +233,22 @@ def _tail(args: argparse.Namespace) -> int:
     out = _stdout()
     with _user_errors(), _reading(args.ledger) as reader:
         end = reader.end_offset()
-        for off, env in reader.read(max(end - args.count, 0), end):
+        for off, env in _last_records(reader, args.count, end):
             out.write(to_json_line(off, env) + b"\n")
         out.flush()
-        if not args.follow:
-            return 0
-        if not isinstance(reader, LedgerDirReader):
-            _fail(f"{args.ledger}: --follow needs a ledger directory")
-        try:
-            for off, env in reader.follow(end, idle_timeout_s=args.idle_timeout):
-                out.write(to_json_line(off, env) + b"\n")
-                out.flush()
-        except KeyboardInterrupt:
-            pass  # Ctrl-C is how a follow normally ends
+        if args.follow:
+            _print_followed(reader.follow(end, idle_timeout_s=args.idle_timeout), out)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
+    refuse_kafka_url(
+        args.ledger,
+        "LEDGER",
+        "log verify",
+        "a ledger directory, whose segment files it checks (to check a Kafka ledger's "
+        "decisions, run `gpuledger replay --ledger URL --verify`)",
+    )
     with _user_errors():
         if not Path(args.ledger).is_dir():
             _fail(f"{args.ledger}: not a ledger directory")
@@ -244,6 +300,7 @@ def _export_file(reader: LedgerReader, target: Path, start: int, end: int | None
 
 
 def _import(args: argparse.Namespace) -> int:
+    refuse_kafka_url(args.ledger, "--ledger", "log import", "a ledger directory")
     with _user_errors():
         if args.source == "-":
             count, first = _import_from(sys.stdin.buffer, args.ledger, "<stdin>")

@@ -733,6 +733,9 @@ class LedgerDirReader:
         finally:
             f.close()
 
+    def close(self) -> None:
+        """Nothing to release: every read and follow opens and closes its own files."""
+
 
 def _follow_chunk(
     f: IO[bytes], scan: _Scan, seg: Path, start: int, *, final: bool

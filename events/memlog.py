@@ -6,7 +6,8 @@ disk, JSON Lines sources read whole, and tests. Offsets are list positions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from events.codec import Envelope, encode_envelope
 
@@ -35,6 +36,34 @@ class MemoryLedger:
     def end_offset(self) -> int:
         """The number of records."""
         return len(self.records)
+
+    def follow(
+        self,
+        start: int = 0,
+        *,
+        poll_s: float = 0.05,
+        stop: Callable[[], bool] | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[tuple[int, Envelope]]:
+        """Records from ``start`` on, then those appended later (by another thread).
+
+        Returns when ``stop()`` is true (checked between polls) or when nothing new has
+        arrived for ``idle_timeout_s`` seconds; otherwise it follows forever.
+        """
+        position = max(start, 0)
+        idle_since = time.monotonic()
+        while True:
+            if stop is not None and stop():
+                return
+            end = len(self.records)
+            if end > position:
+                yield from self.read(position, end)
+                position = end
+                idle_since = time.monotonic()
+                continue
+            if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
+                return
+            time.sleep(poll_s)
 
     def close(self) -> None:
         """Nothing to release."""

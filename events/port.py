@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from events.codec import Envelope
@@ -25,7 +25,12 @@ class LedgerWriter(Protocol):
 
 
 class LedgerReader(Protocol):
-    """Reads envelopes in offset order."""
+    """Reads envelopes in offset order.
+
+    Offsets increase but need not be consecutive (a Kafka topic's transaction markers take
+    offsets no reader sees): "read everything" means up to ``end_offset()``, never a count
+    of records, and a reader that has read to ``end`` has consumed every offset below it.
+    """
 
     def read(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Envelope]]:
         """Records with ``start <= offset < end`` (to the current end when ``end`` is None)."""
@@ -33,4 +38,24 @@ class LedgerReader(Protocol):
 
     def end_offset(self) -> int:
         """One past the last complete record currently readable."""
+        ...
+
+    def follow(
+        self,
+        start: int = 0,
+        *,
+        poll_s: float = ...,
+        stop: Callable[[], bool] | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[tuple[int, Envelope]]:
+        """Records from ``start`` on, then each new one as it becomes readable, in order.
+
+        Polls every ``poll_s`` seconds while there is nothing new. Returns when ``stop()``
+        is true (checked between polls) or after ``idle_timeout_s`` seconds without a new
+        record; otherwise follows forever.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the reader holds (files, broker connections); idempotent."""
         ...

@@ -21,7 +21,9 @@ from typing import IO, TYPE_CHECKING, Any
 import duckdb
 import msgspec
 
+from events.cli import refuse_kafka_url
 from events.codec import DecodeError
+from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
 from projections.report import (
     Column,
@@ -116,7 +118,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     mi.add_argument("file", metavar="FILE", help="the dump or CSV file")
     mi.add_argument("--format", choices=("dcgm", "csv"), required=True)
-    mi.add_argument("--ledger", required=True, metavar="DIR", help="ledger directory")
+    mi.add_argument(
+        "--ledger", required=True, metavar="DIR", help="ledger directory (not kafka://)"
+    )
     mi.add_argument(
         "--at", type=int, metavar="MS", help="time (ms) for dump lines without a timestamp"
     )
@@ -167,29 +171,42 @@ def _cli_error(message: str) -> CliError:
 
 
 def _project_or_follow(args: argparse.Namespace) -> int:
-    """``--follow``: re-run the (incremental, idempotent) projection until interrupted."""
-    if args.follow is None:
-        return _project(args)
-    args.ledger = args.follow
+    """``--follow``: re-run the (incremental, idempotent) projection until interrupted.
+
+    One reader serves every run, so a Kafka ledger is not reconnected each interval.
+    """
+    if args.batch_size < 1:
+        raise _cli_error(f"--batch-size must be at least 1, got {args.batch_size}")
+    source = args.ledger if args.follow is None else args.follow
+    reader = _open_ledger(source)
     try:
-        while True:
-            _project(args)
-            args.rebuild = False
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
+        if args.follow is None:
+            return _project(args, reader, source)
+        try:
+            while True:
+                _project(args, reader, source)
+                args.rebuild = False
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+    finally:
+        reader.close()
 
 
-def _project(args: argparse.Namespace) -> int:
+def _open_ledger(source: str) -> LedgerReader:
     # Imported here: the file log is optional for every other sub-command.
     from events.filelog import LedgerError, open_reader  # noqa: PLC0415
 
-    if args.batch_size < 1:
-        raise _cli_error(f"--batch-size must be at least 1, got {args.batch_size}")
     try:
-        reader = open_reader(args.ledger)
+        return open_reader(source)
     except (LedgerError, OSError, ValueError) as exc:
-        raise _cli_error(f"cannot open ledger {args.ledger}: {exc}") from exc
+        raise _cli_error(f"cannot open ledger {source}: {exc}") from exc
+
+
+def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int:
+    """One incremental run of the projection of ``reader`` (``source``) into ``--db``."""
+    from events.filelog import LedgerError  # noqa: PLC0415
+
     show_progress = sys.stderr.isatty()
 
     def progress(stats: ProjectStats) -> None:
@@ -205,13 +222,10 @@ def _project(args: argparse.Namespace) -> int:
             progress=progress if show_progress else None,
         )
     except (DecodeError, LedgerError) as exc:
-        raise _cli_error(f"ledger {args.ledger}: {exc}") from exc
+        raise _cli_error(f"ledger {source}: {exc}") from exc
     except (SchemaError, ValueError, duckdb.Error) as exc:
         raise _cli_error(f"{args.db}: {exc}") from exc
     finally:
-        close = getattr(reader, "close", None)
-        if callable(close):
-            close()
         if show_progress:
             sys.stderr.write("\n")
     if stats.events_read == 0:
@@ -222,6 +236,7 @@ def _project(args: argparse.Namespace) -> int:
             f"{args.db} in {stats.seconds:.2f}s ({stats.events_per_second:,.0f} events/s); "
             f"next offset {stats.next_offset}\n"
         )
+    sys.stdout.flush()  # --follow prints a line per run: let a pipe see each as it comes
     return 0
 
 
@@ -265,6 +280,7 @@ def _metrics_import(args: argparse.Namespace) -> int:
     from events.filelog import FileLedger, LedgerError  # noqa: PLC0415
     from events.metrics import MetricsError, envelopes, read_samples  # noqa: PLC0415
 
+    refuse_kafka_url(args.ledger, "--ledger", "metrics import", "a ledger directory")
     try:
         samples = read_samples(args.file, args.format, default_at=args.at, shift_ms=args.shift_ms)
     except MetricsError as exc:

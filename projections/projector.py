@@ -55,8 +55,10 @@ from events.model import (
     JobCancelled,
     JobPreempted,
     JobSubmitted,
+    JobTerminated,
     JobUnschedulable,
     NodeRemoved,
+    PodDeleted,
     PodFinished,
     PodsAllocated,
     PodStarted,
@@ -622,6 +624,12 @@ class _Fold:
                     job.status = "pending"
             case JobCancelled():
                 job.finish("cancelled", at)
+            case JobTerminated():
+                job.finish("failed", at)
+            case PodDeleted():
+                if job.status != "pending":
+                    return  # a placed job ends by the JobTerminated that follows, if at all
+                job.finish("cancelled", at)
             case JobUnschedulable():
                 job.unschedulable_reason = event.reason
                 if event.final:
@@ -772,10 +780,18 @@ _payload_json = msgspec.json.Encoder()
 
 def _batches(
     records: Iterable[tuple[int, Envelope]], size: int
-) -> Iterable[list[tuple[int, Envelope]]]:
+) -> Iterator[tuple[list[tuple[int, Envelope]], bool]]:
+    """Chunks of up to ``size`` records, each with whether it is the last one.
+
+    One record is read ahead to tell: the last chunk of a read to ``end`` advances the
+    projection to ``end`` itself, which on Kafka lies past the last record (markers).
+    """
     it = iter(records)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
+    chunk = list(itertools.islice(it, size))
+    while chunk:
+        ahead = list(itertools.islice(it, 1))
+        yield chunk, not ahead
+        chunk = ahead + list(itertools.islice(it, size - 1)) if ahead else []
 
 
 @contextlib.contextmanager
@@ -826,6 +842,8 @@ _JOB_EVENTS: frozenset[type[Event]] = frozenset(
         BindFailed,
         JobCancelled,
         JobUnschedulable,
+        JobTerminated,
+        PodDeleted,
     }
 )
 """The event types that change a row of ``jobs`` or ``pods`` (with ``NodeRemoved`` for
@@ -1107,21 +1125,25 @@ def _prepare_batch(
     extra: _Extra,
     starts: tuple[int, int, int],
     next_offsets: dict[str, int],
-    end: int,
+    end: int | None,
 ) -> _Batch:
     """Fold one batch and take its rows; advance ``next_offsets`` as its commit will.
 
     ``starts`` are the offsets from which events, queues and jobs apply in this run.
+    ``end`` is given for the run's last batch only: the end offset the run read up to.
     """
     from_events, from_queues, from_jobs = starts
     event_rows = _fold_batch(chunk, fold, from_events, from_queues, from_jobs, extra)
     if fold.queues_changed:
         _queue_paths(fold.queues)
-    batch_next = chunk[-1][0] + 1
+    # The last batch advances to the end of the read, not one past its last record: on a
+    # transactional Kafka topic the end lies past it (commit markers, aborted records),
+    # and stopping short would leave every later run re-reading that gap.
+    batch_next = chunk[-1][0] + 1 if end is None else max(end, chunk[-1][0] + 1)
     extra.since_snapshot += len(chunk)
     # The core's state is snapshotted every so many events and at the end of the run;
     # until then queue_shares keeps its offset and buffers its rows in memory.
-    snapshot = extra.snapshot_due() or batch_next >= end
+    snapshot = extra.snapshot_due() or end is not None
     pods = extra.pods
     batch = _Batch(
         events=event_rows,
@@ -1287,8 +1309,10 @@ def project(
             # serial, 9.6 s so, for a million events). Commits stay in ledger order, one at
             # a time; the totals count committed batches only.
             committing: tuple[Future[int], _Batch, int] | None = None
-            for chunk in _batches(reader.read(start, end), batch_size):
-                batch = _prepare_batch(chunk, fold, extra, starts, next_offsets, end)
+            for chunk, last in _batches(reader.read(start, end), batch_size):
+                batch = _prepare_batch(
+                    chunk, fold, extra, starts, next_offsets, end if last else None
+                )
                 if committing is not None:
                     account(*committing)
                 committing = (
@@ -1298,6 +1322,15 @@ def project(
                 )
             if committing is not None:
                 account(*committing)
+                return stats()
+        # No record in [start, end): only offsets no reader sees (an aborted transaction
+        # and its marker). Nothing changes but where the next run starts.
+        with _transaction(con):
+            con.executemany(
+                "INSERT OR REPLACE INTO projection_offsets VALUES (?, ?)",
+                [[p, max(end, next_offsets[p])] for p in PROJECTIONS],
+            )
+        next_offset = end
         return stats()
     finally:
         con.close()

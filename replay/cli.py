@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from events.cli import refuse_kafka_url
 from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
@@ -51,7 +52,9 @@ def register(sub: Any) -> None:
         "replay",
         help="re-run a ledger: verify its decisions, or what-if under another policy",
     )
-    p.add_argument("--ledger", required=True, help="ledger directory or JSON Lines export")
+    p.add_argument(
+        "--ledger", required=True, help="ledger directory, JSON Lines export or kafka://…"
+    )
     p.add_argument("--verify", action="store_true", help="check every decision is reproduced")
     p.add_argument(
         "--from", dest="start", default="0", help="an offset (1200) or a time (90m, 6h, 2d)"
@@ -64,7 +67,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_replay)
 
     p = sub.add_parser("state", help="the cluster as it was at a moment of a ledger")
-    p.add_argument("--ledger", required=True, help="ledger directory or JSON Lines export")
+    p.add_argument(
+        "--ledger", required=True, help="ledger directory, JSON Lines export or kafka://…"
+    )
     p.add_argument("--at", required=True, help="an offset (1200) or a time (90m, 6h, 2d)")
     p.set_defaults(func=_state)
 
@@ -161,6 +166,7 @@ def simulate_to(
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    refuse_kafka_url(args.ledger, "--ledger", "simulate", "a directory for the new ledger")
     cluster, queues, workload = _load_inputs(args.cluster, args.queues, args.workload)
     if args.seed is not None:
         workload = msgspec.structs.replace(workload, seed=args.seed)
@@ -309,6 +315,7 @@ def _whatif(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise _cli_error("a what-if needs --out DIR for its ledger and report")
+    refuse_kafka_url(args.out, "--out", "replay", "a directory for the what-if's ledger and report")
     reader = _open(args.ledger)
     start_ms = _time_of(reader, parse_bound(args.start)) if args.start != "0" else None
     end_ms = _time_of(reader, parse_bound(args.end)) if args.end else None
@@ -414,6 +421,7 @@ def _demo(args: argparse.Namespace) -> int:
     from projections.projector import project  # noqa: PLC0415
     from projections.report import compare_reports  # noqa: PLC0415
 
+    refuse_kafka_url(args.out, "--out", "demo", "a directory for the ledgers and databases")
     cluster, queues, workload = _load_inputs(
         str(EXAMPLES / "demo-cluster.yaml"),
         str(EXAMPLES / "demo-queues.yaml"),
@@ -481,6 +489,7 @@ def _run_compare(
 
 
 def _compare(args: argparse.Namespace) -> int:
+    refuse_kafka_url(args.out, "--out", "compare", "a directory for the ledgers and reports")
     cluster, queues, workload = _load_inputs(args.cluster, args.queues, args.workload)
     try:
         knobs = load(args.policy_file, PolicyFile) if args.policy_file else None
@@ -502,6 +511,7 @@ def _example(args: argparse.Namespace) -> int:
         return 0
     if args.name not in EXAMPLES:
         raise _cli_error(f"no example {args.name!r}; choose from {', '.join(EXAMPLES)}")
+    refuse_kafka_url(args.out, "--out", "example", "a directory for the ledgers and reports")
     example = EXAMPLES[args.name]
     cluster, queues, workload = _load_inputs(
         str(example.path("cluster")), str(example.path("queues")), str(example.path("workload"))
