@@ -41,6 +41,7 @@ from events.model import (
     PodSpec,
     QueueConfigured,
     Resources,
+    Tick,
 )
 from projections.projector import project
 from replay.verify import run as replay
@@ -233,8 +234,9 @@ def test_end_to_end_submit_allocate_replay_project(
 BAD_KINDS = {
     "decode": 1,
     "unknown_type": 1,
-    "schema": 2,
+    "schema": 3,
     "invalid": 7,
+    "clock": 1,
 }
 
 
@@ -275,6 +277,11 @@ def test_dead_letters_each_kind_and_service_keeps_running(
         encode_envelope(wrap(job("ok"), 6)),  # ...so this one is a duplicate
         encode_envelope(wrap(JobCancelled(job="ghost"), 7)),
         encode_envelope(wrap(QueueConfigured(queue="orphan", parent="missing"), 8)),
+        # A producer's clock a year ahead must not move the scheduler's time.
+        encode_envelope(wrap(Tick(), int(time.time() * 1000) + 365 * 86_400_000)),
+        enc.encode(
+            {"type": "tick", "key": "", "at": 1, "payload": {"type": "tick"}, "version": 99}
+        ),
     ]
     offsets = send_intake(s, "default", bad)
     wait_for(lambda: caught_up(s), 30, "the scheduler to take in the bad batch")
@@ -297,8 +304,12 @@ def test_dead_letters_each_kind_and_service_keeps_running(
         "unknown job 'ghost'",
         "unknown parent queue 'missing'",
         "unknown event type 'job_teleported'",
+        "ahead of the scheduler's clock",
+        "schema version 99",
     ):
         assert phrase in reasons
+    year_ahead = int(time.time() * 1000) + 86_400_000
+    assert max(e.at for e in ledger_envelopes(s)) < year_ahead, "the producer's clock moved time"
     assert by_source[offsets[0]].value == bad[0]
     # The service is still scheduling: the good job was allocated.
     assert "ok" in {e.key for e in ledger_envelopes(s) if e.type == "pods_allocated"}

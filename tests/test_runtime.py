@@ -1,0 +1,107 @@
+"""The one runtime step, as every runner uses it: validate → apply → cycle → record.
+
+The embedded loop (``kube schedule``) is driven here over real file ledgers: what intake
+validation refuses goes to its dead letters with the reason and never reaches the ledger,
+a producer's clock cannot move the scheduler's time, and a new ledger starts with the live
+policy. The Kafka service's side is in tests/test_live_kafka.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from events.codec import Envelope, decode_event, wrap
+from events.filelog import LedgerDirReader
+from events.model import (
+    JobSubmitted,
+    NodeRegistered,
+    PodSpec,
+    PolicyConfigured,
+    QueueConfigured,
+    Resources,
+    Tick,
+)
+from replay.verify import run as replay_run
+from scheduler.embedded import EmbeddedRunner, open_source
+from scheduler.runtime import Refusal, Runtime, live_policy
+
+
+def _run_until(runner: EmbeddedRunner, done: object, timeout: float = 10.0) -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=runner.run, args=(stop.is_set,), daemon=True)
+    t.start()
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.05)
+    stop.set()
+    t.join(timeout=10)
+
+
+def test_the_embedded_loop_validates_and_dead_letters(tmp_path: Path) -> None:
+    intake, ledger = tmp_path / "intake", tmp_path / "ledger"
+    now = int(time.time() * 1000)
+    src = open_source(intake, "cli")
+    src.append(
+        [
+            wrap(QueueConfigured(queue="a", deserved=Resources(gpu_milli=8000)), now),
+            wrap(QueueConfigured(queue="orphan", parent="missing"), now),
+            wrap(NodeRegistered(node="n1", gpus=8), now),
+            wrap(JobSubmitted(job="ok", queue="a", pods=(PodSpec(name="p", gpu_milli=1000),)), now),
+            wrap(JobSubmitted(job="lost", queue="nope", pods=(PodSpec(name="p"),)), now),
+            wrap(
+                JobSubmitted(
+                    job="ultra", queue="a", pods=(PodSpec(name="p"),), priority_class="ultra"
+                ),
+                now,
+            ),
+            wrap(Tick(), now + 365 * 86_400_000),
+            wrap(PolicyConfigured(requeue_lost=True), now),
+            Envelope(type="tick", key="", at=now, payload=msgspec.Raw(b"\x80"), version=99),
+        ]
+    )
+    src.close()
+    runner = EmbeddedRunner(intake, ledger)
+    dead_path = runner.dead_path
+    _run_until(runner, lambda: dead_path.exists() and len(dead_path.read_text().splitlines()) >= 6)
+    runner.close()
+    rows = [json.loads(line) for line in dead_path.read_text().splitlines()]
+    reasons = {r["offset"]: (r["kind"], r["reason"]) for r in rows}
+    assert reasons[1] == ("invalid", "queue orphan: unknown parent queue 'missing'")
+    assert reasons[4] == ("invalid", "job lost: unknown queue 'nope'")
+    assert reasons[5][0] == "invalid" and "unknown priority_class 'ultra'" in reasons[5][1]
+    assert reasons[6][0] == "clock"
+    assert reasons[7][0] == "invalid" and "requeue_lost" in reasons[7][1]
+    assert reasons[8][0] == "schema" and "version 99" in reasons[8][1]
+    records = list(LedgerDirReader(ledger).read())
+    events = [decode_event(e, o) for o, e in records]
+    assert events[0] == live_policy(), "a new ledger starts with the live policy"
+    assert {getattr(e, "job", "") for e in events} >= {"ok"}
+    assert not {"lost", "ultra"} & {getattr(e, "job", "") for e in events}
+    assert max(e.at for _, e in records) < now + 60_000, "a producer's clock moved time"
+    assert replay_run(LedgerDirReader(ledger)).ok
+
+
+def test_refusals_keep_their_place_in_the_batch() -> None:
+    rt = Runtime(live=True, max_skew_ms=1000)
+    result = rt.step(
+        [
+            (QueueConfigured(queue="a"), 0),
+            Refusal(-1, "decode", "bad bytes"),
+            (Tick(), 10_000),
+            (QueueConfigured(queue="b", parent="zz"), 0),
+        ],
+        now=5,
+    )
+    assert [(r.index, r.kind) for r in result.refused] == [
+        (1, "decode"),
+        (2, "clock"),
+        (3, "invalid"),
+    ]
+    assert result.accepted == 1
+    assert [e.type for e in result.records] == ["queue_configured", "cycle_completed"]
+    assert all(e.at == 5 for e in result.records), "inputs recorded at the runner's clock"
