@@ -104,6 +104,14 @@ class Runtime:
         with its index. The cycle runs when at least one input was accepted, or always
         with ``cycle_if_idle`` (a tick of a runner's own clock).
         """
+        result = self.take(inputs, now)
+        if result.accepted or cycle_if_idle:
+            self.run_cycle(now, result)
+        return result
+
+    def take(self, inputs: Sequence[Input | Refusal], now: int) -> StepResult:
+        """Validate and apply ``inputs`` without running a cycle (the first half of
+        ``step``; a catch-up over a ledger calls it record by record)."""
         state = self.state
         result = StepResult()
         records = result.records
@@ -112,41 +120,45 @@ class Runtime:
                 result.refused.append(Refusal(index, item.kind, item.reason))
                 continue
             event, at = item
-            if self.max_skew_ms is not None and at > now + self.max_skew_ms:
-                result.refused.append(
-                    Refusal(
-                        index,
-                        "clock",
-                        f"stamped {at - now} ms ahead of the scheduler's clock "
-                        f"(at most {self.max_skew_ms} ms accepted)",
-                    )
-                )
+            why = self._refuse(event, at, now)
+            if why is not None:
+                result.refused.append(Refusal(index, *why))
                 continue
-            if self.live and isinstance(event, PolicyConfigured) and event.requeue_lost:
-                result.refused.append(
-                    Refusal(
-                        index,
-                        "invalid",
-                        "requeue_lost: true is for simulation; a live cluster's pods cannot "
-                        "be bound twice (send requeue_lost: false)",
-                    )
-                )
-                continue
-            if self.validating:
-                why = validate(state, event)
-                if why is not None:
-                    result.refused.append(Refusal(index, "invalid", why))
-                    continue
             if self.stamp:
                 at = max(now, state.now)
             apply(state, event, at)
             records.append(wrap(event, at))
             result.accepted += 1
-        if result.accepted or cycle_if_idle:
-            decisions = cycle(state, max(now, state.now) if self.stamp else now)
-            result.decisions = decisions
-            records.extend(wrap(d, state.now) for d in decisions)
         return result
+
+    def run_cycle(self, now: int, result: StepResult | None = None) -> list[Event]:
+        """One cycle at ``now`` (the second half of ``step``); its decisions are appended
+        to ``result``'s records when given."""
+        state = self.state
+        decisions = cycle(state, max(now, state.now) if self.stamp else now)
+        if result is not None:
+            result.decisions = decisions
+            result.records.extend(wrap(d, state.now) for d in decisions)
+        return decisions
+
+    def _refuse(self, event: Event, at: int, now: int) -> tuple[str, str] | None:
+        if self.max_skew_ms is not None and at > now + self.max_skew_ms:
+            return (
+                "clock",
+                f"stamped {at - now} ms ahead of the scheduler's clock "
+                f"(at most {self.max_skew_ms} ms accepted)",
+            )
+        if self.live and isinstance(event, PolicyConfigured) and event.requeue_lost:
+            return (
+                "invalid",
+                "requeue_lost: true is for simulation; a live cluster's pods cannot "
+                "be bound twice (send requeue_lost: false)",
+            )
+        if self.validating:
+            why = validate(self.state, event)
+            if why is not None:
+                return ("invalid", why)
+        return None
 
 
 def live_policy(policy: str = "gpuledger") -> PolicyConfigured:

@@ -13,8 +13,8 @@ still read, and its ended jobs are moved to ``ended`` as the core would have
 (``retire_ended``). Any other format is refused with ``SnapshotError``, on which the
 service replays the whole ledger instead.
 
-Catching up re-runs the tail exactly as replay does (``apply`` for inputs, ``cycle`` where
-the ledger shows a cycle), because a cycle also updates bookkeeping its decisions do not
+Catching up re-runs the tail exactly as replay does, through the runtime step every runner
+uses (``Runtime.take`` for inputs, ``Runtime.run_cycle`` where the ledger shows a cycle), because a cycle also updates bookkeeping its decisions do not
 carry (fair-share usage, wake-up times, the "fresh" list); the decisions it produces are
 compared with the recorded ones, so a snapshot that does not fit its ledger is caught.
 """
@@ -36,7 +36,8 @@ from events.codec import (
     encode_envelope,
 )
 from events.model import DECISION_TAGS
-from scheduler.core import State, apply, cycle, retire_ended
+from scheduler.core import State, retire_ended
+from scheduler.runtime import Runtime
 
 SNAPSHOT_FORMAT = 2
 """2: the state keeps ended jobs as ``State.ended`` codes. 1: every job whole (migrated)."""
@@ -136,7 +137,8 @@ class CatchUp:
 
     def __init__(self, state: State) -> None:
         """Continue from ``state``."""
-        self.state = state
+        # The ledger's inputs were validated when they were taken: none is refused again.
+        self.runtime = Runtime(state, validating=False)
         self.records = 0
         self._produced: list[bytes] = []
         self._index = 0
@@ -154,7 +156,7 @@ class CatchUp:
         state = self.state
         if env.type in DECISION_TAGS:
             if not self.pending:
-                self._produced = [encode(d, state.now) for d in cycle(state, env.at)]
+                self._produced = [encode(d, state.now) for d in self.runtime.run_cycle(env.at)]
                 self._index = 0
                 self.pending = True
             got = self._produced[self._index] if self._index < len(self._produced) else b""
@@ -167,7 +169,12 @@ class CatchUp:
             if env.type == "cycle_completed":
                 self.pending = False
             return
-        apply(state, event, env.at)
+        self.runtime.take([(event, env.at)], env.at)
+
+    @property
+    def state(self) -> State:
+        """The state caught up so far."""
+        return self.runtime.state
 
     def feed_all(self, records: Iterable[tuple[int, Envelope]]) -> State:
         """Fold every record; return the state."""
