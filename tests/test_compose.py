@@ -50,24 +50,39 @@ def test_services_cover_the_live_path() -> None:
     assert {"scheduler", "clock", "project"} <= commands
 
 
-def test_binder_shares_the_ledger_and_intake_it_follows() -> None:
-    """The binder follows the ledger directory the embedded scheduler appends to and writes
-    to the intake directory that scheduler follows, on one shared volume."""
+def test_kube_adapters_run_on_the_kafka_deployment() -> None:
+    """Kubernetes mode is Kafka too: ingest writes the intake topic and the binder follows
+    the ledger topic of the deployment the scheduler service runs (bootstrap and prefix),
+    and writes to its intake; no volume is shared and no embedded scheduler runs."""
     svc = services()
 
     def arg(name: str, flag: str) -> str:
         command = [str(c) for c in svc[name]["command"]]  # type: ignore[attr-defined]
         return command[command.index(flag) + 1]
 
+    scheduler = [str(c) for c in svc["scheduler"]["command"]]  # type: ignore[attr-defined]
+    prefix = arg("scheduler", "--prefix") if "--prefix" in scheduler else "gpuledger"
+    url = f"kafka://{arg('scheduler', '--bootstrap')}/{prefix}"
+    assert svc["ingest"]["command"][:2] == ["kube", "ingest"]  # type: ignore[index]
     assert svc["binder"]["command"][:2] == ["kube", "bind"]  # type: ignore[index]
-    assert arg("binder", "--ledger") == arg("kube-scheduler", "--ledger")
-    assert (
-        arg("binder", "--intake") == arg("kube-scheduler", "--intake") == arg("ingest", "--intake")
-    )
-    for name in ("binder", "kube-scheduler", "ingest"):
-        mounts = {str(v).split(":")[0]: str(v).split(":")[1] for v in svc[name]["volumes"]}  # type: ignore[attr-defined]
-        assert mounts["kube-log"] == "/log"
-        assert arg(name, "--intake").startswith("/log/")
+    assert arg("ingest", "--intake") == url
+    assert arg("binder", "--ledger") == arg("binder", "--intake") == url
+    for name in ("ingest", "binder"):
+        assert svc[name]["profiles"] == ["kube"], name
+        assert "kafka" in svc[name]["depends_on"], name  # type: ignore[operator]
+    commands = [[str(c) for c in s.get("command", [])] for s in svc.values()]  # type: ignore[attr-defined]
+    assert not any(c[:2] == ["kube", "schedule"] for c in commands)  # the scheduler serves it
+
+    # Named volumes (not bind mounts of host files) are the only thing pods could share.
+    named: dict[str, list[str]] = {}
+    for name, s in svc.items():
+        for v in s.get("volumes", []):  # type: ignore[attr-defined]
+            source = _interpolate(str(v), {}).split(":")[0]
+            if not source.startswith((".", "/", "~")):
+                named.setdefault(source, []).append(name)
+    assert named == {"history": ["projector"]}, named
+    top = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    assert set(top["volumes"]) == {"history"}
 
 
 def _interpolate(value: str, env: dict[str, str]) -> str:
