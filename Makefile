@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
-.PHONY: demo test lint typecheck unit wheel-check bench fuzz clean venv kafka-up kafka-down k8s-up k8s-down browsers
+.PHONY: demo test lint typecheck unit wheel-check bench fuzz clean venv kafka-up kafka-down k8s-up k8s-down browsers helm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) kafka-up k8s-up browsers
+unit: $(STAMP) kafka-up k8s-up browsers helm
 	$(VENV)/bin/pytest -q
 
 # Headless Chromium for the HTML report's screenshot test (apt; skipped when present).
 browsers:
 	bash scripts/install-chromium.sh
+
+# helm for tests/test_helm.py, built once from the Go module proxy into ~/.cache/gpuledger/helm.
+helm:
+	bash scripts/helm.sh
 
 # Build the wheel and install it into a fresh venv once, so a package or data
 # file missing from pyproject.toml is caught before users find it.
@@ -44,7 +48,8 @@ test: lint typecheck unit wheel-check
 
 bench: $(STAMP) kafka-up k8s-up
 	$(PY) -m bench --kafka  # with the live path on the broker (bench/kafka_bench.py)
-	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server
+	bash scripts/k8s.sh kube-scheduler >/dev/null  # upstream kube-scheduler, API server's version (cached)
+	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server: gpuledger vs kube-scheduler
 	$(PY) -m bench.core  # scheduling cycles at 1,000 nodes, fill rate, memory (issue 8 targets)
 	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
 	$(PY) -m bench.soak --kafka  # 3.5 min on the broker: normal, 10x burst, normal; latency, lag, RSS
