@@ -14,9 +14,10 @@ still read, and its ended jobs are moved to ``ended`` as the core would have
 service replays the whole ledger instead.
 
 Catching up re-runs the tail exactly as replay does, through the runtime step every runner
-uses (``Runtime.take`` for inputs, ``Runtime.run_cycle`` where the ledger shows a cycle), because a cycle also updates bookkeeping its decisions do not
-carry (fair-share usage, wake-up times, the "fresh" list); the decisions it produces are
-compared with the recorded ones, so a snapshot that does not fit its ledger is caught.
+uses (``Runtime.take`` for inputs, ``Runtime.run_cycle`` where the ledger shows a cycle),
+because a cycle also updates bookkeeping its decisions do not carry (fair-share usage,
+wake-up times, the "fresh" list); the decisions it produces are compared with the recorded
+ones, so a snapshot that does not fit its ledger is caught.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from events.codec import decode_event
 from events.filelog import LedgerDirReader
 from projections.projector import project
 from replay.verify import run as replay_run
+from scheduler.kube.client import raw
 from tests.kubeharness import (
     ROOT,
     Cluster,
@@ -243,9 +244,11 @@ def test_gangs_from_jobset_and_pytorchjob_owners(cluster: Cluster, tmp_path: Pat
     assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
 
 
-def test_failed_eviction_is_recorded_in_the_ledger(cluster: Cluster, tmp_path: Path) -> None:
+def test_failed_eviction_holds_the_gpus_and_is_retried(cluster: Cluster, tmp_path: Path) -> None:
     """A PodDisruptionBudget answers every eviction with 429: after bounded retries the
-    binder records EvictionFailed (the core ignores it) and a Warning Event."""
+    binder records EvictionFailed and a Warning Event; the ledger holds the victim's GPUs
+    again, so the preemptor is not bound onto them; once the budget allows it, the binder's
+    retry evicts the victim and the preemptor is bound."""
     a, b = cluster.namespace("ef-a"), cluster.namespace("ef-b")
     cluster.nodes("ef-gpu", 1, gpus=8)
     cluster.queue("ef-team-a", [a], quota=4)
@@ -258,6 +261,7 @@ def test_failed_eviction_is_recorded_in_the_ledger(cluster: Cluster, tmp_path: P
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "hog"}}},
         },
     )
+    pdb = True
     try:
         with gpuledger(cluster, tmp_path) as procs:
             cluster.pod(a, "hog", gpus=8, duration=None, labels={"app": "hog"})  # over quota
@@ -272,9 +276,25 @@ def test_failed_eviction_is_recorded_in_the_ledger(cluster: Cluster, tmp_path: P
 
             wait_until(recorded, 40, "EvictionFailed in the ledger")
             warnings = cluster.events(a, "EvictionFailed")
-            time.sleep(0.5)
+            time.sleep(2)
+            assert cluster.phases(a)["hog"] == "Running"  # the API kept it
+            claim = raw(cluster.core.read_namespaced_pod, "claim", b)
+            assert not claim["spec"].get("nodeName"), "bound onto GPUs the victim still holds"
+            state = replay_run(LedgerDirReader(tmp_path / "ledger")).state
+            assert set(state.held.get("ef-a/hog", {})) == {"hog"}
+            assert state.nodes["ef-gpu-0"].free_gpu_milli == 0
+            policy.delete_namespaced_pod_disruption_budget("hog", a)
+            pdb = False
+            wait_until(lambda: "hog" not in cluster.phases(a), 60, "the retried eviction")
+            wait_until(
+                lambda: raw(cluster.core.read_namespaced_pod, "claim", b)["spec"].get("nodeName"),
+                30,
+                "the preemptor bound once the victim is gone",
+            )
+            time.sleep(1)
     finally:
-        policy.delete_namespaced_pod_disruption_budget("hog", a)
+        if pdb:
+            policy.delete_namespaced_pod_disruption_budget("hog", a)
     for name, p in procs.items():
         assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
     events = ledger_events(tmp_path / "ledger")
@@ -283,9 +303,9 @@ def test_failed_eviction_is_recorded_in_the_ledger(cluster: Cluster, tmp_path: P
     assert [(e.job, e.pod, e.node) for e in failed] == [("ef-a/hog", "hog", "ef-gpu-0")]
     assert "429" in failed[0].reason and "disruption budget" in failed[0].reason
     assert "gave up after" in failed[0].reason
-    assert not count(events, "PodEvicted")
+    assert len(failed[0].gpus) == 8
+    assert [e.pod for _, e in events if type(e).__name__ == "PodEvicted"] == ["hog"]
     assert warnings and warnings[0]["type"] == "Warning"
-    assert cluster.phases(a)["hog"] == "Running"  # the API kept it: the ledger says so too
     assert replay_run(LedgerDirReader(tmp_path / "ledger")).ok
 
 

@@ -11,10 +11,18 @@ It follows the ledger and, per scheduling cycle (the records up to a ``CycleComp
   ``PodBound`` and a ``Scheduled`` Event, or ``BindFailed`` with the reason;
 * ``JobUnschedulable`` → an ``Unschedulable`` Warning Event with the reason.
 
-Idempotent: the annotation patch returns the pod as it is, so a pod already bound to the
-chosen node is a success, one bound elsewhere or being deleted or gone is a ``BindFailed``;
-a 409 on the binding re-reads the pod. Transient errors (throttling, 5xx, connection
-errors) are retried with a doubling back-off, a bounded number of times.
+Idempotent: one ``pods/binding`` call per pod carries its GPU slots and job id as
+annotations, so a bound pod is never changed; a 409 re-reads the pod: bound to the chosen
+node for this job is a success, bound elsewhere is a ``BindFailed`` naming ``bound_node``
+(the ledger never retries it), being deleted or gone is a ``BindFailed``.
+
+``JobTerminated`` → a ``Terminated`` Warning Event and an eviction of each listed pod (a pod
+on a node that has left the cluster is deleted at once). A failed eviction is retried with
+a doubling back-off, from what the ledger records (``EvictionFailed`` not yet followed by
+``PodEvicted`` or ``PodDeleted``), so a restart keeps retrying.
+
+Transient errors (throttling, 5xx, connection errors) are retried with a doubling
+back-off, a bounded number of times.
 
 Exactly once. Outcomes go to the binder's own intake ledger ``INTAKE/binder/``, one append per
 cycle. Before that append ``INTAKE/binder.state.json`` records the intake end and the ledger
@@ -28,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,23 +45,29 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from events.codec import Envelope, UnknownEventType, decode_event, wrap
-from events.filelog import FileLedger, LedgerDirReader, LedgerError
+from events.filelog import LedgerError
 from events.model import (
     BindFailed,
     CycleCompleted,
     Event,
     EvictionFailed,
+    GpuSlot,
     JobPreempted,
     JobSubmitted,
+    JobTerminated,
     JobUnschedulable,
+    NodeRegistered,
+    NodeRemoved,
     PodBound,
+    PodDeleted,
     PodEvicted,
     PodPlacement,
     PodsAllocated,
 )
-from scheduler.embedded import open_source, read_json, wall_ms, write_json_atomic
+from scheduler.embedded import wall_ms
 from scheduler.kube import mapping as m
 from scheduler.kube.client import emit_event, error_text, is_transient, raw
+from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -73,27 +87,38 @@ class Binder:
     def __init__(
         self,
         api: client.ApiClient,
-        ledger: str | Path,
-        intake: str | Path,
+        ledger: str | Path | LedgerFeed,
+        intake: str | Path | IntakeSink,
         *,
         attempts: int = 6,
         backoff_s: float = 0.1,
         workers: int = 8,
+        eviction_retry_s: float = 2.0,
     ) -> None:
-        """Open ``INTAKE/binder/`` (taking its writer lock) and find where to resume."""
+        """Open the ledger feed and the intake sink (directories: ``INTAKE/binder/``, taking
+        its writer lock; or ``kafka://`` deployments) and find where to resume."""
         self.core = client.CoreV1Api(api)
-        self.ledger = Path(ledger)
-        self.intake = Path(intake)
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self.writer: FileLedger = open_source(self.intake, SOURCE)
-        self.state_path = self.intake / f"{SOURCE}.state.json"
-        saved = read_json(self.state_path) or {}
-        before = int(str(saved.get("intake_end_before", 0)))
-        done = self.writer.end_offset() > before
-        self.next = int(str(saved.get("next_after" if done else "next_before", 0)))
+        self.feed = ledger if isinstance(ledger, LedgerFeed) else open_feed(ledger)
+        try:
+            self.sink = intake if isinstance(intake, IntakeSink) else open_sink(intake, SOURCE)
+        except BaseException:
+            self.feed.close()
+            raise
+        self.next = int(str(self.sink.saved().get("next", 0)))
         self.jobs: dict[str, tuple[str, tuple[str, ...]]] = {}
         """job → (queue, pod names), from the ledger's JobSubmitted inputs."""
+        self.requests: dict[tuple[str, str], tuple[int, int]] = {}
+        """(job, pod) → (CPU, memory) asked for, from JobSubmitted."""
+        self.holdings: dict[tuple[str, str], tuple[tuple[GpuSlot, ...], int, int]] = {}
+        """(job, pod) → (GPU slots, CPU, memory) of its last allocation, for EvictionFailed."""
+        self.removed_nodes: set[str] = set()
+        """Nodes the ledger says have left: their pods are deleted rather than evicted."""
+        self.failed_evictions: dict[tuple[str, str], tuple[float, float, str]] = {}
+        """(job, pod) → (next try, back-off, node) for evictions the ledger records as
+        failed and not yet followed by the pod's end."""
+        self.eviction_retry_s = eviction_retry_s
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
         self.bound = 0
         self.failed = 0
@@ -101,9 +126,10 @@ class Binder:
         self.evict_failed = 0
 
     def close(self) -> None:
-        """Release the intake writer lock and the worker threads."""
+        """Release the intake writer (lock or producer), the feed and the worker threads."""
         self.pool.shutdown(wait=True)
-        self.writer.close()
+        self.sink.close()
+        self.feed.close()
 
     # ------------------------------------------------------------------ API calls
 
@@ -124,65 +150,62 @@ class Binder:
         return f"gave up after {self.attempts} attempts: {last[:200]}"
 
     def bind(self, job: str, p: PodPlacement) -> Event:
-        """Bind one pod; PodBound or BindFailed."""
+        """Bind one pod; PodBound or BindFailed.
+
+        One ``pods/binding`` call carries the GPU slots and the job id as annotations (the
+        API server copies a Binding's annotations onto the pod), so a pod that is already
+        bound is never touched: the API answers 409 and the pod is read to say where it is.
+        """
         ns, _ = split_job(job)
         slots = ",".join(f"{s.device}:{s.milli}" for s in p.gpus)
 
-        def failed(reason: str) -> BindFailed:
-            return BindFailed(job=job, pod=p.pod, node=p.node, reason=reason)
+        def failed(reason: str, bound_node: str = "") -> BindFailed:
+            return BindFailed(job=job, pod=p.pod, node=p.node, reason=reason, bound_node=bound_node)
 
         def attempt() -> Event:
-            for _ in range(3):  # a 409 means someone else moved: look again
+            body: Any = {  # the client serialises plain dicts as well as models
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": p.pod,
+                    "namespace": ns,
+                    "annotations": {m.GPU_SLOTS_ANNOTATION: slots, m.JOB_ANNOTATION: job},
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
+            }
+            try:
+                self.core.create_namespaced_pod_binding(p.pod, ns, body, _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return failed("pod gone")
+                if exc.status != 409:
+                    raise
                 try:
-                    pod = raw(
-                        self.core.patch_namespaced_pod,
-                        p.pod,
-                        ns,
-                        {
-                            "metadata": {
-                                "annotations": {
-                                    m.GPU_SLOTS_ANNOTATION: slots,
-                                    m.JOB_ANNOTATION: job,
-                                }
-                            }
-                        },
-                    )
-                except ApiException as exc:
-                    if exc.status == 404:
+                    pod = raw(self.core.read_namespaced_pod, p.pod, ns)
+                except ApiException as again:
+                    if again.status == 404:
                         return failed("pod gone")
                     raise
                 current = m.pod_node(pod)
-                if current == p.node:
-                    return PodBound(job=job, pod=p.pod, node=p.node)
+                annotations = (pod.get("metadata") or {}).get("annotations") or {}
+                if current == p.node and annotations.get(m.JOB_ANNOTATION) == job:
+                    return PodBound(job=job, pod=p.pod, node=p.node)  # ours, bound before
                 if current:
-                    return failed(f"pod already bound to node {current}")
+                    return failed(f"pod already bound to node {current}", bound_node=current)
                 if (pod.get("metadata") or {}).get("deletionTimestamp"):
                     return failed("pod is being deleted")
-                body: Any = {  # the client serialises plain dicts as well as models
-                    "apiVersion": "v1",
-                    "kind": "Binding",
-                    "metadata": {"name": p.pod, "namespace": ns},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
-                }
-                try:
-                    self.core.create_namespaced_pod_binding(p.pod, ns, body, _preload_content=False)
-                except ApiException as exc:
-                    if exc.status == 409:
-                        continue
-                    if exc.status == 404:
-                        return failed("pod gone")
-                    raise
-                emit_event(
-                    self.core,
-                    (ns, p.pod, pod["metadata"].get("uid", "")),
-                    "Scheduled",
-                    f"gpuledger assigned {ns}/{p.pod} to {p.node}"
-                    + (f" (GPU slots {slots})" if slots else "")
-                    + f", job {job}",
-                    component=COMPONENT,
-                )
-                return PodBound(job=job, pod=p.pod, node=p.node)
-            return failed("binding kept conflicting")
+                raise
+            log.info("bound %s/%s to %s (GPU slots %s), job %s", ns, p.pod, p.node, slots, job)
+            emit_event(
+                self.core,
+                (ns, p.pod, ""),
+                "Scheduled",
+                f"gpuledger assigned {ns}/{p.pod} to {p.node}"
+                + (f" (GPU slots {slots})" if slots else "")
+                + f", job {job}",
+                component=COMPONENT,
+            )
+            return PodBound(job=job, pod=p.pod, node=p.node)
 
         try:
             result = self._retry(f"bind {ns}/{p.pod}", attempt)
@@ -192,17 +215,27 @@ class Binder:
 
     def evict(self, job: str, pod: str, node: str) -> Event:
         """Evict one pod through the Eviction API; PodEvicted (also when already gone) or
-        EvictionFailed."""
+        EvictionFailed (with the slots it holds, so the ledger keeps them taken).
+
+        A pod whose node has left the cluster is deleted at once (grace period 0), as the
+        pod garbage collector does: no kubelet will ever confirm its graceful end.
+        """
         ns, _ = split_job(job)
         body: Any = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": pod, "namespace": ns},
         }
+        orphaned = bool(node) and node in self.removed_nodes
 
         def attempt() -> Event:
             try:
-                self.core.create_namespaced_pod_eviction(pod, ns, body, _preload_content=False)
+                if orphaned:
+                    self.core.delete_namespaced_pod(
+                        pod, ns, grace_period_seconds=0, _preload_content=False
+                    )
+                else:
+                    self.core.create_namespaced_pod_eviction(pod, ns, body, _preload_content=False)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -213,19 +246,44 @@ class Binder:
         except ApiException as exc:
             result = f"api error {error_text(exc)}"
         if isinstance(result, str):
-            # The pod keeps running while the ledger says preempted: recorded in the ledger
-            # (the core ignores it) and told to people through a Warning Event and the log.
+            # The pod keeps running: the ledger holds its slots again (EvictionFailed) and
+            # the eviction is retried with back-off until it succeeds or the pod is gone.
             log.error("evict %s/%s failed: %s", ns, pod, result)
             emit_event(
                 self.core,
                 (ns, pod, ""),
                 "EvictionFailed",
-                result,
+                f"{result}; retrying",
                 component=COMPONENT,
                 warning=True,
             )
-            return EvictionFailed(job=job, pod=pod, node=node, reason=result)
+            gpus, cpu, memory = self.holdings.get((job, pod), ((), 0, 0))
+            return EvictionFailed(
+                job=job,
+                pod=pod,
+                node=node,
+                reason=result,
+                gpus=gpus,
+                cpu_milli=cpu,
+                memory_mib=memory,
+            )
+        log.info("evicted %s/%s from %s, job %s", ns, pod, node, job)
         return result
+
+    def retry_evictions(self, now: float | None = None) -> list[Event]:
+        """Evict again the pods whose eviction failed and whose back-off has run out."""
+        now = time.monotonic() if now is None else now
+        outcomes: list[Event] = []
+        for key, (due, delay, node) in list(self.failed_evictions.items()):
+            if due > now:
+                continue
+            out = self.evict(key[0], key[1], node)
+            if isinstance(out, PodEvicted):
+                self.failed_evictions.pop(key, None)
+                outcomes.append(out)
+            else:
+                self.failed_evictions[key] = (now + delay * 2, min(delay * 2, 300.0), node)
+        return outcomes
 
     # ------------------------------------------------------------------ decisions
 
@@ -233,8 +291,13 @@ class Binder:
         return self.jobs.get(job, ("", ()))[1]
 
     def execute(self, decisions: list[Event], nodes: dict[tuple[str, str], str]) -> list[Event]:
-        """Carry out one cycle's decisions; return their outcomes in decision order."""
-        outcomes: list[Event] = []
+        """Carry out one cycle's decisions; return their outcomes.
+
+        Binds come first in the outcomes, evictions after: a preemptor is not bound on a
+        device whose victim could not be evicted (its pods get ``BindFailed``), so the
+        ledger releases it before it holds the victim's slots again.
+        """
+        evictions: list[Event] = []
         for d in decisions:
             match d:
                 case JobPreempted():
@@ -266,12 +329,20 @@ class Binder:
                             component=COMPONENT,
                         )
                     for pod in d.pods:
-                        out = self.evict(d.job, pod, nodes.get((d.job, pod), ""))
-                        outcomes.append(out)
-                        if isinstance(out, PodEvicted):
-                            self.evicted += 1
-                        else:
-                            self.evict_failed += 1
+                        evictions.append(self.evict(d.job, pod, nodes.get((d.job, pod), "")))
+                case JobTerminated():
+                    ns, _ = split_job(d.job)
+                    for pod in d.pods:
+                        emit_event(
+                            self.core,
+                            (ns, pod, ""),
+                            "Terminated",
+                            f"job {d.job} (queue {d.queue}) ended: {d.reason}; evicting its pods",
+                            component=COMPONENT,
+                            warning=True,
+                        )
+                    for pod in d.pods:
+                        evictions.append(self.evict(d.job, pod, nodes.get((d.job, pod), "")))
                 case JobUnschedulable():
                     ns, _ = split_job(d.job)
                     for pod in self._pods_of(d.job)[:16]:
@@ -285,29 +356,47 @@ class Binder:
                         )
                 case _:
                     pass
+        stuck = [e for e in evictions if isinstance(e, EvictionFailed)]
+        outcomes: list[Event] = []
+        allocations = [d for d in decisions if isinstance(d, PodsAllocated)]
+        blocked = {d.job: _blocking_victim(d, stuck) for d in allocations}
         # Binds run in parallel: pods of a cycle's allocations are independent API calls.
         futures = [
-            self.pool.submit(self.bind, d.job, p)
-            for d in decisions
-            if isinstance(d, PodsAllocated)
+            (d, p, self.pool.submit(self.bind, d.job, p))
+            for d in allocations
+            if not blocked[d.job]
             for p in d.placements
         ]
-        for f in futures:
-            out = f.result()
-            outcomes.append(out)
+        for d in allocations:
+            if blocked[d.job]:
+                outcomes += [
+                    BindFailed(
+                        job=d.job,
+                        pod=p.pod,
+                        node=p.node,
+                        reason=f"not bound: {blocked[d.job]} could not be evicted",
+                    )
+                    for p in d.placements
+                ]
+        for _d, _p, f in futures:
+            outcomes.append(f.result())
+        for out in outcomes:
             if isinstance(out, PodBound):
                 self.bound += 1
             else:
                 self.failed += 1
-        return outcomes
+        for out in evictions:
+            if isinstance(out, PodEvicted):
+                self.evicted += 1
+            else:
+                self.evict_failed += 1
+        return outcomes + evictions
 
     def run(self, stop: Callable[[], bool] = lambda: False, *, poll_s: float = 0.02) -> None:
         """Follow the ledger from the saved position until ``stop()``."""
-        while not (self.ledger.is_dir() and any(self.ledger.glob("*.seg"))):
-            if stop():
-                return
-            time.sleep(poll_s * 5)
-        reader = LedgerDirReader(self.ledger)
+        if not self.feed.wait(stop, poll_s=poll_s * 5):
+            return
+        reader = self.feed
         nodes: dict[tuple[str, str], str] = {}
         # Job → pods and pod → node for records before the resume point (for Events).
         for offset, env in reader.read(0, self.next):
@@ -320,13 +409,19 @@ class Binder:
         def stopping() -> bool:
             if stop():
                 halt.set()
+            elif self.failed_evictions and not pending:
+                # Between cycles (the feed polls this while it waits): evictions that failed
+                # are tried again once their back-off has run out.
+                retried = self.retry_evictions()
+                if retried:
+                    self._save(self.next, self.next, retried)
             return halt.is_set()
 
         for offset, env in reader.follow(self.next, poll_s=poll_s, stop=stopping):
             event = self._learn(offset, env, nodes)
             if event is None:
                 continue
-            if isinstance(event, PodsAllocated | JobPreempted | JobUnschedulable):
+            if isinstance(event, PodsAllocated | JobPreempted | JobUnschedulable | JobTerminated):
                 if not pending:
                     cycle_start = offset
                 pending.append(event)
@@ -340,11 +435,8 @@ class Binder:
                 continue
             outcomes = self.execute(pending, nodes)
             pending = []
-            self._save(cycle_start, offset + 1)
-            if outcomes:
-                self.writer.append([wrap(o, wall_ms()) for o in outcomes])
+            self._save(cycle_start, offset + 1, outcomes)
             self.next = offset + 1
-            self._save(self.next, self.next)
             last_save = time.monotonic()
 
     def _learn(self, offset: int, env: Envelope, nodes: dict[tuple[str, str], str]) -> Event | None:
@@ -355,22 +447,47 @@ class Binder:
         match event:
             case JobSubmitted(job=job, queue=q, pods=pods):
                 self.jobs[job] = (q, tuple(p.name for p in pods))
+                for spec in pods:
+                    self.requests[(job, spec.name)] = (spec.cpu_milli, spec.memory_mib)
             case PodsAllocated(job=job, placements=placements):
-                for p in placements:
-                    nodes[(job, p.pod)] = p.node
+                for placed in placements:
+                    nodes[(job, placed.pod)] = placed.node
+                    cpu, memory = self.requests.get((job, placed.pod), (0, 0))
+                    self.holdings[(job, placed.pod)] = (placed.gpus, cpu, memory)
+            case NodeRemoved(node=node):
+                self.removed_nodes.add(node)
+            case NodeRegistered(node=node):
+                self.removed_nodes.discard(node)
+            case EvictionFailed(job=job, pod=pod, node=node):
+                if (job, pod) not in self.failed_evictions:
+                    delay = self.eviction_retry_s
+                    self.failed_evictions[(job, pod)] = (time.monotonic() + delay, delay, node)
+            case PodEvicted(job=job, pod=pod) | PodDeleted(job=job, pod=pod):
+                self.failed_evictions.pop((job, pod), None)
+                self.holdings.pop((job, pod), None)
+                self.requests.pop((job, pod), None)
             case _:
                 pass
         return event
 
-    def _save(self, before: int, after: int) -> None:
-        write_json_atomic(
-            self.state_path,
-            {
-                "next_before": before,
-                "next_after": after,
-                "intake_end_before": self.writer.end_offset(),
-            },
-        )
+    def _save(self, before: int, after: int, outcomes: Sequence[Event] = ()) -> None:
+        """Append a cycle's outcomes with the ledger position after it, atomically; where
+        that takes two writes (files), ``before`` is where a restart resumes if the append
+        did not land (the cycle is executed again: the API calls are idempotent)."""
+        at = wall_ms()
+        self.sink.commit([wrap(o, at) for o in outcomes], {"next": after}, before={"next": before})
+
+
+def _blocking_victim(allocation: PodsAllocated, stuck: list[EvictionFailed]) -> str:
+    """The first pod whose failed eviction leaves one of this allocation's GPU slots taken
+    (``job/pod``), or "" when nothing blocks it."""
+    wanted = {(p.node, s.device) for p in allocation.placements for s in p.gpus}
+    for out in stuck:
+        if any((out.node, s.device) in wanted for s in out.gpus) or (
+            not out.gpus and any(p.node == out.node for p in allocation.placements)
+        ):
+            return f"{out.job}/{out.pod}"
+    return ""
 
 
 __all__ = ["Binder", "LedgerError", "split_job"]

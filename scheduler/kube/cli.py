@@ -1,14 +1,30 @@
-"""``gpuledger kube ingest|bind|schedule``: the Kubernetes adapters and the embedded loop."""
+"""``gpuledger kube ingest|bind|schedule``: the Kubernetes adapters and the embedded loop.
+
+``ingest`` and ``bind`` write to an intake directory (for ``kube schedule``, the embedded
+loop) or to a ``kafka://HOST:PORT/PREFIX`` deployment (for ``gpuledger scheduler run``);
+see ``scheduler.kube.transport``. ``schedule`` works on directories only.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from scheduler.cli import CliError
+from scheduler.live_cli import add_security_arguments
+
+if TYPE_CHECKING:
+    from scheduler.kube.transport import Deployment
+
+FENCED_EXIT = 3
+"""Exit status when a newer instance of the component took over (as ``scheduler run``)."""
+
+log = logging.getLogger(__name__)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -19,21 +35,111 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _is_kafka(where: str) -> bool:
+    return where.startswith("kafka://")
+
+
+def _refuse_kafka(command: str, **where: str) -> None:
+    """``CliError`` when a ``kafka://`` URL is given to a command that works on files only."""
+    for flag, value in where.items():
+        if _is_kafka(value):
+            raise CliError(
+                f"kube {command} --{flag} {value}: the embedded scheduler works on directories "
+                "only; on Kafka run the scheduler service (gpuledger scheduler run --bootstrap "
+                "HOST:PORT --prefix PREFIX) with kube ingest/bind on the same kafka:// URL"
+            )
+
+
+def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
+    """The ``kafka://`` deployment of ``--<flag>``, with the security flags and environment."""
+    from events.kafkalog import KafkaLogError  # noqa: PLC0415
+    from scheduler.kube.transport import parse_deployment  # noqa: PLC0415
+    from scheduler.live_cli import security_of  # noqa: PLC0415
+
+    try:
+        return parse_deployment(getattr(args, flag), topic=topic, security=security_of(args))
+    except KafkaLogError as exc:
+        raise CliError(f"--{flag}: {exc}") from None
+
+
+def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Broker refusals as one-line CLI errors; a fenced instance exits with status 3."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        from events.kafkalog import KafkaLogError  # noqa: PLC0415
+        from scheduler.kube.transport import SinkFenced  # noqa: PLC0415
+
+        try:
+            return func(args)
+        except KafkaLogError as exc:
+            raise CliError(str(exc)) from None
+        except SinkFenced as exc:
+            log.error("%s; exiting", exc)  # the traceback adds nothing
+            return FENCED_EXIT
+
+    return run
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from scheduler.kube.client import api_client  # noqa: PLC0415  # keep --help fast
-    from scheduler.kube.ingest import Ingestor  # noqa: PLC0415
+    from scheduler.kube.ingest import SOURCE, Ingestor  # noqa: PLC0415
+    from scheduler.kube.transport import IntakeSink, KafkaIntakeSink  # noqa: PLC0415
 
+    intake: str | IntakeSink = args.intake
+    if _is_kafka(args.intake):
+        d = _deployment(args, "intake", "intake")
+        intake = KafkaIntakeSink(d.settings, SOURCE, d.domain)
+    try:
+        api = api_client(args.kubeconfig)
+    except BaseException:
+        if isinstance(intake, IntakeSink):
+            intake.close()
+        raise
     stop = _stop_on_signals()
-    Ingestor(api_client(args.kubeconfig), args.intake).run(stop.is_set)
+    Ingestor(api, intake).run(stop.is_set)
     return 0
 
 
 def _bind(args: argparse.Namespace) -> int:
-    from scheduler.kube.bind import Binder  # noqa: PLC0415
+    from scheduler.kube.bind import SOURCE, Binder  # noqa: PLC0415
     from scheduler.kube.client import api_client  # noqa: PLC0415
+    from scheduler.kube.transport import (  # noqa: PLC0415
+        IntakeSink,
+        KafkaIntakeSink,
+        KafkaLedgerFeed,
+        LedgerFeed,
+    )
 
+    ledger: str | LedgerFeed = args.ledger
+    intake: str | IntakeSink = args.intake
+    if _is_kafka(args.ledger) != _is_kafka(args.intake):
+        raise CliError(
+            f"kube bind --ledger {args.ledger} --intake {args.intake}: give both as kafka:// "
+            "URLs of one deployment (the scheduler service) or both as directories (the "
+            "embedded scheduler); the binder's outcomes must reach the scheduler that wrote "
+            "the ledger"
+        )
+    if _is_kafka(args.ledger):
+        on_ledger = _deployment(args, "ledger", "ledger")
+        on_intake = _deployment(args, "intake", "intake")
+        if not on_ledger.same_as(on_intake):
+            raise CliError(
+                f"kube bind --ledger {args.ledger} --intake {args.intake}: the two URLs name "
+                "different deployments (bootstrap, prefix or domain); the binder writes its "
+                "outcomes to the intake of the scheduler whose ledger it follows"
+            )
+        api = api_client(args.kubeconfig)
+        ledger = KafkaLedgerFeed(on_ledger.settings, on_ledger.domain)
+        try:
+            intake = KafkaIntakeSink(on_intake.settings, SOURCE, on_intake.domain)
+        except BaseException:
+            ledger.close()
+            raise
+    else:
+        api = api_client(args.kubeconfig)
     stop = _stop_on_signals()
-    binder = Binder(api_client(args.kubeconfig), args.ledger, args.intake, workers=args.workers)
+    binder = Binder(api, ledger, intake, workers=args.workers)
     try:
         binder.run(stop.is_set)
     finally:
@@ -49,6 +155,7 @@ def _schedule(args: argparse.Namespace) -> int:
     from events.filelog import LedgerError  # noqa: PLC0415
     from scheduler.embedded import EmbeddedRunner  # noqa: PLC0415
 
+    _refuse_kafka("schedule", intake=args.intake, ledger=args.ledger)
     stop = _stop_on_signals()
     try:
         runner = EmbeddedRunner(args.intake, args.ledger)
@@ -70,21 +177,38 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = cmds.add_parser("ingest", help="watch pods, nodes and Queues; append intake events")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    p.add_argument("--intake", required=True, help="intake directory (writes INTAKE/ingest/)")
-    p.set_defaults(func=_with_logging(_ingest))
+    p.add_argument(
+        "--intake",
+        required=True,
+        help="intake directory (writes INTAKE/ingest/), or kafka://HOST:PORT/PREFIX (the "
+        "domain's partition of PREFIX.intake; ?domain=NAME&domains=a,b for other domains)",
+    )
+    add_security_arguments(p)
+    p.set_defaults(func=_with_logging(_kafka_errors(_ingest)))
 
     p = cmds.add_parser("bind", help="follow the ledger; bind, evict and emit Events")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    p.add_argument("--ledger", required=True, help="ledger directory to follow")
-    p.add_argument("--intake", required=True, help="intake directory (writes INTAKE/binder/)")
+    p.add_argument(
+        "--ledger",
+        required=True,
+        help="ledger directory to follow, or kafka://HOST:PORT/PREFIX (PREFIX.ledger, "
+        "committed records)",
+    )
+    p.add_argument(
+        "--intake",
+        required=True,
+        help="intake directory (writes INTAKE/binder/), or kafka://HOST:PORT/PREFIX (the same "
+        "deployment as --ledger)",
+    )
     p.add_argument("--workers", type=int, default=8, help="parallel bind calls (default 8)")
-    p.set_defaults(func=_with_logging(_bind))
+    add_security_arguments(p)
+    p.set_defaults(func=_with_logging(_kafka_errors(_bind)))
 
     p = cmds.add_parser(
         "schedule", help="embedded scheduler loop: follow intake, run cycles, append the ledger"
     )
-    p.add_argument("--intake", required=True, help="intake directory to follow")
-    p.add_argument("--ledger", required=True, help="ledger directory to append to")
+    p.add_argument("--intake", required=True, help="intake directory to follow (not kafka://)")
+    p.add_argument("--ledger", required=True, help="ledger directory to append to (not kafka://)")
     p.set_defaults(func=_with_logging(_schedule))
 
 

@@ -1,27 +1,37 @@
 """The ingestor: Kubernetes pods, nodes and Queues → intake events.
 
 It watches pods with ``spec.schedulerName: gpuledger``, all nodes and ``Queue`` custom
-resources, and appends to its own intake ledger ``INTAKE/ingest/``:
+resources, and appends to its intake (a directory's ``INTAKE/ingest/`` or the Kafka intake
+topic, see ``scheduler.kube.transport``):
 
 * ``NodeRegistered`` / ``NodeCordoned`` / ``NodeRemoved`` when a node's capacity, labels,
   taints or cordon change (heartbeats that change nothing record nothing);
-* ``QueueConfigured`` / ``QueueRemoved`` for ``Queue`` objects;
+* ``QueueConfigured`` / ``QueueRemoved`` for ``Queue`` objects. A Queue that cannot enter
+  the ledger (numbers it cannot read, a missing parent, a parent cycle) gets an
+  ``InvalidQueue`` Warning Event instead and is left out;
 * ``JobSubmitted`` once a job's pods are all there: a gang (pod-group label, or an owner:
   a JobSet, a PyTorchJob or a batch Job, see ``mapping.gang_owner``) is submitted when
-  ``min-member`` pods of it have been seen, with the pods seen by then (members created
-  after that are not scheduled: re-create the group to grow it);
-* ``JobRejected`` instead, with a Warning Event on the pods, when the pods' namespace is
-  not bound to the queue they name (tenancy admission);
+  ``min-member`` pods of it have been seen, with the pods seen by then. Until then each new
+  member gets a ``WaitingForGang`` Event ("waiting for gang members: 1 of 2 (min-member 2)");
+* ``JobRejected`` instead, with a ``Rejected`` Warning Event on the pods, when a pod cannot
+  be read (an annotation or label with a value it cannot use: the Event names the field,
+  the value and what is accepted) or its namespace is not bound to the queue it names.
+  Intake goes on: one bad pod never stops the loop;
 * ``PodStarted`` / ``PodFinished`` from pod phase changes;
-* ``JobCancelled`` when an unfinished pod of a submitted job is deleted (the job can no
-  longer run as submitted; a controller re-creating the pods makes a new submission).
+* ``PodDeleted`` when a pod of a submitted job disappears from the API server; the core
+  decides what that means for the job (``JobTerminated`` for a gang below its minimum).
 
-Idempotence. What the ingestor has already said is derived at start-up from its own intake
-ledger, so re-seeing an object (a restart, a re-list after "410 Gone") never duplicates an
-event. The pod watch's resourceVersion and the gangs still being assembled are kept in
-``INTAKE/ingest.state.json``, written after each append: a restart resumes the watch there,
-and anything between that snapshot and the ledger's end is recognised as already recorded.
-Nodes and Queues are re-listed at every start (they are few; tenancy needs them in memory).
+Identity. Jobs are keyed by pod UID, not only by name: a pod or gang re-created under a
+name already used (``kubectl delete`` then ``apply``, a StatefulSet, a controller
+re-creating members) is a new submission, ``ns/name#2`` and so on (``job_id``). A pod that
+comes while the job of its name still runs waits for that job to end.
+
+Idempotence. What the ingestor has already said is derived at start-up from its own earlier
+intake records, so re-seeing an object never duplicates an event. Its position (the gangs
+being assembled, which job each pod UID is) is committed with what it produced. Pods are
+listed in full at every start and every ``resync_s`` and compared with what intake said:
+a pod deleted while nobody watched becomes a ``PodDeleted``, a phase change missed a
+``PodStarted``/``PodFinished``. Nodes and Queues are re-listed at every start.
 """
 
 from __future__ import annotations
@@ -40,7 +50,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from events.codec import UnknownEventType, decode_event, wrap
-from events.filelog import FileLedger, LedgerDirReader
 from events.model import (
     Event,
     JobCancelled,
@@ -49,15 +58,17 @@ from events.model import (
     NodeCordoned,
     NodeRegistered,
     NodeRemoved,
+    PodDeleted,
     PodFinished,
     PodSpec,
     PodStarted,
     QueueConfigured,
     QueueRemoved,
 )
-from scheduler.embedded import open_source, read_json, wall_ms, write_json_atomic
+from scheduler.embedded import wall_ms
 from scheduler.kube import mapping as m
 from scheduler.kube.client import Gone, Obj, emit_event, is_transient, raw, watch
+from scheduler.kube.transport import IntakeSink, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +83,10 @@ class _Said:
     jobs: dict[str, frozenset[str]] = field(default_factory=dict)
     started: set[tuple[str, str]] = field(default_factory=set)
     finished: set[tuple[str, str]] = field(default_factory=set)
+    deleted: set[tuple[str, str]] = field(default_factory=set)
     closed: set[str] = field(default_factory=set)
+    generation: dict[str, int] = field(default_factory=dict)
+    """Per job base id (``namespace/group``), the last generation used (see ``job_id``)."""
     nodes: dict[str, NodeRegistered] = field(default_factory=dict)
     cordoned: dict[str, bool] = field(default_factory=dict)
     queues: dict[str, QueueConfigured] = field(default_factory=dict)
@@ -81,8 +95,12 @@ class _Said:
         match event:
             case JobSubmitted(job=job, pods=pods):
                 self.jobs[job] = frozenset(p.name for p in pods)
+                self._generation(job)
             case JobRejected(job=job) | JobCancelled(job=job):
                 self.closed.add(job)
+                self._generation(job)
+            case PodDeleted(job=job, pod=pod):
+                self.deleted.add((job, pod))
             case PodStarted(job=job, pod=pod):
                 self.started.add((job, pod))
             case PodFinished(job=job, pod=pod):
@@ -101,30 +119,73 @@ class _Said:
             case _:
                 pass
 
+    def _generation(self, job: str) -> None:
+        base, n = split_generation(job)
+        self.generation[base] = max(self.generation.get(base, 0), n)
+
+    def ended(self, job: str) -> bool:
+        """Closed, or every pod of it finished or deleted: its name may start a new job."""
+        if job in self.closed:
+            return True
+        pods = self.jobs.get(job)
+        return pods is not None and all(
+            (job, p) in self.finished or (job, p) in self.deleted for p in pods
+        )
+
+
+def _parents_first(queues: list[Obj]) -> list[Obj]:
+    """Queue objects ordered so that each comes after its parent (unknown parents last)."""
+    by_name = {q["metadata"]["name"]: q for q in queues}
+    out: list[Obj] = []
+    placed: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in placed or name in path or name not in by_name:
+            return
+        parent = (by_name[name].get("spec") or {}).get("parentQueue") or ""
+        if parent:
+            visit(str(parent), (*path, name))
+        placed.add(name)
+        out.append(by_name[name])
+
+    for name in sorted(by_name):
+        visit(name, ())
+    return out
+
+
+def split_generation(job: str) -> tuple[str, int]:
+    """``ns/name#3`` → (``ns/name``, 3); a job id without a generation is generation 1."""
+    base, sep, n = job.rpartition("#")
+    return (base, int(n)) if sep and n.isdigit() else (job, 1)
+
+
+def job_id(base: str, generation: int) -> str:
+    """The ledger id of a job's ``generation``-th incarnation: pods and gangs re-created
+    under a name already used (``kubectl delete`` then ``apply``, a StatefulSet or a
+    controller re-creating members) are new submissions, ``ns/name#2`` and so on."""
+    return base if generation == 1 else f"{base}#{generation}"
+
 
 class Ingestor:
     """Watches the API and appends intake events; see the module docstring."""
 
-    def __init__(self, api: client.ApiClient, intake: str | Path) -> None:
-        """Open ``INTAKE/ingest/`` (taking its writer lock) and derive what it already says."""
+    def __init__(self, api: client.ApiClient, intake: str | Path | IntakeSink) -> None:
+        """Open the intake sink (an intake directory: ``INTAKE/ingest/``, taking its writer
+        lock; or a ``kafka://`` deployment) and derive what it already says."""
         self.api = api
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.intake = Path(intake)
-        self.writer: FileLedger = open_source(self.intake, SOURCE)
-        self.state_path = self.intake / f"{SOURCE}.state.json"
+        self.sink = intake if isinstance(intake, IntakeSink) else open_sink(intake, SOURCE)
         self.said = _Said()
-        for offset, env in LedgerDirReader(self.intake / SOURCE).read():
+        for offset, env in self.sink.earlier():
             try:
                 self.said.fold(decode_event(env, offset))
             except UnknownEventType:
                 continue
-        saved = read_json(self.state_path) or {}
+        saved = self.sink.saved()
         self.pods_rv: str = str(saved.get("pods_rv") or "")
-        gangs = saved.get("gangs") or {}
-        assert isinstance(gangs, dict)
-        self.gangs: dict[str, dict[str, Obj]] = gangs
+        self._restore(saved)
         self.bindings: dict[str, tuple[str, ...]] = {}
         self.parents: set[str] = set()
         self._owner_sizes: dict[tuple[str, m.Owner], int | None] = {}
@@ -132,6 +193,8 @@ class Ingestor:
         self._inbox: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self._halt = threading.Event()
         self.appended = 0
+        self.resync_s = 300.0
+        """How often the pods are listed in full and compared with what intake said."""
 
     # ------------------------------------------------------------------ output
 
@@ -141,17 +204,15 @@ class Ingestor:
 
     def flush(self) -> None:
         """Append what the last batch of watch events produced, then save the watch state."""
-        if self._out:
-            at = wall_ms()
-            self.writer.append([wrap(e, at) for e in self._out])
-            self.appended += len(self._out)
-            self._out = []
-        write_json_atomic(self.state_path, {"pods_rv": self.pods_rv, "gangs": self.gangs})
+        at = wall_ms()
+        self.sink.commit([wrap(e, at) for e in self._out], self._position())
+        self.appended += len(self._out)
+        self._out = []
 
     def close(self) -> None:
-        """Stop the watch threads and release the intake writer lock."""
+        """Stop the watch threads and release the intake writer (lock or producer)."""
         self._halt.set()
-        self.writer.close()
+        self.sink.close()
 
     # ------------------------------------------------------------------ queues and nodes
 
@@ -163,11 +224,56 @@ class Ingestor:
             if name in self.said.queues:
                 self._emit(QueueRemoved(queue=name))
         else:
-            event = m.queue_configured(obj)
-            self.bindings[name] = m.queue_namespaces(obj)
+            try:
+                event = m.queue_configured(obj)
+                namespaces = m.queue_namespaces(obj)
+            except (ValueError, ArithmeticError, TypeError, AttributeError) as exc:
+                self._bad_queue(obj, f"Queue {name} is invalid: {exc}")
+                return
+            why = self._queue_problem(event)
+            if why:
+                self._bad_queue(obj, why)
+                return
+            self.bad_queues.pop(name, None)
+            self.bindings[name] = namespaces
             if self.said.queues.get(name) != event:
                 self._emit(event)
         self.parents = {q.parent for q in self.said.queues.values() if q.parent}
+
+    def _queue_problem(self, q: QueueConfigured) -> str | None:
+        """Why a Queue cannot enter the ledger as it stands (its parent), or None."""
+        if not q.parent:
+            return None
+        if q.parent == q.queue:
+            return f"Queue {q.queue} names itself as its parent"
+        seen = {q.queue}
+        parent: QueueConfigured | None = self.said.queues.get(q.parent)
+        if parent is None:
+            return f"Queue {q.queue}: parent queue {q.parent!r} does not exist"
+        while parent is not None and parent.parent:
+            if parent.queue in seen or parent.parent == q.queue:
+                return f"Queue {q.queue}: parent {q.parent!r} would make a cycle"
+            seen.add(parent.queue)
+            parent = self.said.queues.get(parent.parent)
+        return None
+
+    def _bad_queue(self, obj: Obj, reason: str) -> None:
+        """A Queue that cannot enter the ledger: a Warning Event on it, once per reason."""
+        name = obj["metadata"]["name"]
+        if self.bad_queues.get(name) == reason:
+            return
+        self.bad_queues[name] = reason
+        log.warning("%s", reason)
+        emit_event(
+            self.core,
+            obj,
+            "InvalidQueue",
+            reason,
+            component=COMPONENT,
+            warning=True,
+            kind="Queue",
+            api_version=f"{m.QUEUE_GROUP}/{m.QUEUE_VERSION}",
+        )
 
     def on_node(self, etype: str, obj: Obj) -> None:
         """A node was added, changed (capacity, labels, taints, cordon) or deleted."""
@@ -185,6 +291,18 @@ class Ingestor:
 
     def sync(self, kind: str, items: list[Obj]) -> None:
         """A full list: objects missing from it were deleted while nobody watched."""
+        if kind == "queue":
+            # Parents before children, so a child configured in the same list finds its parent.
+            items = _parents_first(items)
+        if kind == "pod":
+            # Deletions first: a pod re-created under a used name is then a new job.
+            uids = {(o["metadata"].get("uid") or "") for o in items}
+            for uid in [u for u in self.uids if u not in uids]:
+                job, pod = self.uids.pop(uid)
+                self._gone(job, pod, "")
+            for waiting in self.late.values():
+                for uid in [u for u in waiting if u not in uids]:
+                    del waiting[uid]
         handler = {"queue": self.on_queue, "node": self.on_node, "pod": self.on_pod}[kind]
         for obj in items:
             handler("ADDED", obj)
@@ -196,22 +314,32 @@ class Ingestor:
             names = {o["metadata"]["name"] for o in items}
             for name in sorted(set(self.said.nodes) - names):
                 self._emit(NodeRemoved(node=name))
-        else:
-            present = {(self._identity(o).job, o["metadata"]["name"]) for o in items}
-            for job, pods in sorted(self.said.jobs.items()):
-                if job in self.said.closed:
-                    continue
-                if any(
-                    (job, p) not in present and (job, p) not in self.said.finished for p in pods
-                ):
-                    self._emit(JobCancelled(job=job))
-            for job, gang in list(self.gangs.items()):
-                for pod in [p for p in gang if (job, p) not in present]:
-                    del gang[pod]
-                if not gang:
-                    del self.gangs[job]
 
     # ------------------------------------------------------------------ pods
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """Resume from a saved position: gangs being assembled and which job each pod is."""
+        gangs = saved.get("gangs") or {}
+        assert isinstance(gangs, dict)
+        self.gangs: dict[str, dict[str, Obj]] = gangs
+        uids = saved.get("uids") or {}
+        assert isinstance(uids, dict)
+        self.uids: dict[str, tuple[str, str]] = {u: (str(j), str(p)) for u, (j, p) in uids.items()}
+        """pod uid → (job id, pod name) of every pod this ingestor has placed in a job."""
+        self.late: dict[str, dict[str, Obj]] = {}
+        """Per job base id, pods that came while the current job of that name still ran."""
+        self.bad_queues: dict[str, str] = {}
+        """Queues refused, with the reason last told in an Event."""
+        for job in self.gangs:
+            self.said._generation(job)
+
+    def _position(self) -> dict[str, Any]:
+        """What a restart needs beyond the intake records: see ``_restore``."""
+        return {
+            "pods_rv": self.pods_rv,
+            "gangs": self.gangs,
+            "uids": {u: list(jp) for u, jp in sorted(self.uids.items())},
+        }
 
     def _read_owner(self, ns: str, owner: m.Owner) -> Obj:
         if owner.kind == "Job":
@@ -253,62 +381,147 @@ class Ingestor:
         return size
 
     def _identity(self, pod: Obj) -> m.PodIdentity:
-        ns = pod["metadata"].get("namespace", "default")
+        """The pod's base job id and gang size; ValueError naming a field it cannot read."""
+        ns = pod["metadata"].get("namespace") or "default"
         owner, size = m.gang_owner(pod, lambda o: self._owner_size(ns, o))
         return m.pod_identity(pod, size, owner=owner)
 
+    def _assign(self, base: str, name: str) -> str | None:
+        """The job a new pod object named ``name`` of job ``base`` joins (None: it came
+        while a job of that name still runs and must wait for it to end)."""
+        gen = self.said.generation.get(base, 0)
+        current = job_id(base, gen) if gen else None
+        if current is not None and current in self.gangs:
+            return current  # still being assembled (a re-created member replaces its entry)
+        if current is not None and current in self.said.jobs and not self.said.ended(current):
+            if name not in self.said.jobs[current]:
+                return None  # a member beyond the submitted gang
+            if (current, name) not in self.said.deleted:
+                # Names are unique while an object lives, so this is the pod already taken
+                # in, seen again after a restart that lost its uid: not a new job.
+                return current
+            # The same name after the pod was deleted: re-created, it starts a new job.
+        self.said.generation[base] = gen + 1
+        return job_id(base, gen + 1)
+
+    def _reject_pod(self, pod: Obj, job: str, queue: str, reason: str) -> None:
+        meta = pod["metadata"]
+        ns = meta.get("namespace") or "default"
+        self._emit(JobRejected(job=job, queue=queue, namespace=ns, reason=reason))
+        emit_event(
+            self.core,
+            (ns, meta["name"], meta.get("uid", "")),
+            "Rejected",
+            f"gpuledger rejected job {job}: {reason}",
+            component=COMPONENT,
+            warning=True,
+        )
+
     def on_pod(self, etype: str, pod: Obj) -> None:
         """A gpuledger pod was added, changed or deleted."""
-        ident = self._identity(pod)
-        job, name = ident.job, ident.pod
+        meta = pod["metadata"]
+        uid, name = str(meta.get("uid") or ""), str(meta["name"])
         if etype == "DELETED":
-            gang = self.gangs.get(job)
-            if gang is not None and job not in self.said.jobs:
-                gang.pop(name, None)
-                if not gang:
-                    del self.gangs[job]
-            elif (
-                job in self.said.jobs
-                and job not in self.said.closed
-                and name in self.said.jobs[job]
-                and (job, name) not in self.said.finished
-            ):
-                self._emit(JobCancelled(job=job))
+            known = self.uids.pop(uid, None)
+            for late in self.late.values():
+                late.pop(uid, None)
+            if known is not None:
+                self._gone(known[0], known[1], m.pod_node(pod))
             return
+        known = self.uids.get(uid)
+        if known is None:
+            if meta.get("deletionTimestamp"):
+                return  # going away before it was ever taken in
+            try:
+                ident = self._identity(pod)
+            except ValueError as exc:
+                ns = meta.get("namespace") or "default"
+                base = f"{ns}/{name}"
+                rejected = self._assign(base, name) or base
+                self.uids[uid] = (rejected, name)
+                self._reject_pod(pod, rejected, m.pod_queue(pod, ""), f"invalid pod {name}: {exc}")
+                return
+            assigned = self._assign(ident.job, name)
+            if assigned is None:
+                self.late.setdefault(ident.job, {})[uid] = pod
+                log.info("pod %s waits for the running job %s to end", name, ident.job)
+                return
+            job = assigned
+            self.uids[uid] = (job, name)
+        else:
+            job = known[0]
+            ident = None
         if job in self.said.closed:
             return
         if job not in self.said.jobs:
-            self._gather(pod, ident)
-            if job not in self.said.jobs:
-                return
-        if name not in self.said.jobs[job]:
-            log.info("pod %s joined job %s after it was submitted; not scheduled", name, job)
+            if ident is None:
+                try:
+                    ident = self._identity(pod)
+                except ValueError:
+                    return  # it was read before; a later edit of the annotation is ignored
+            self._gather(pod, job, ident)
             return
         phase, key = m.pod_phase(pod), (job, name)
         if phase in ("Running", "Succeeded", "Failed") and key not in self.said.started:
             self._emit(PodStarted(job=job, pod=name))
         if phase in ("Succeeded", "Failed") and key not in self.said.finished:
             self._emit(PodFinished(job=job, pod=name, succeeded=phase == "Succeeded"))
+            self._retry_late(job)
 
-    def _gather(self, pod: Obj, ident: m.PodIdentity) -> None:
+    def _gone(self, job: str, name: str, node: str) -> None:
+        """A pod of ``job`` was deleted from the cluster."""
+        gang = self.gangs.get(job)
+        if gang is not None and job not in self.said.jobs:
+            gang.pop(name, None)
+            if not gang:
+                del self.gangs[job]
+            return
+        key = (job, name)
+        if (
+            job in self.said.jobs
+            and job not in self.said.closed
+            and name in self.said.jobs[job]
+            and key not in self.said.finished
+            and key not in self.said.deleted
+        ):
+            self._emit(PodDeleted(job=job, pod=name, node=node, reason="deleted from the cluster"))
+        self._retry_late(job)
+
+    def _retry_late(self, job: str) -> None:
+        """Once a job has ended, pods that came for its name meanwhile start the next one."""
+        base, _ = split_generation(job)
+        if base in self.late and self.said.ended(job):
+            for pod in list(self.late.pop(base).values()):
+                self.on_pod("ADDED", pod)
+
+    def _gather(self, pod: Obj, job: str, ident: m.PodIdentity) -> None:
         meta = pod["metadata"]
         default = m.default_queue(ident.namespace, self.bindings, self.parents)
         entry: Obj = {
             "ns": ident.namespace,
             "uid": meta.get("uid", ""),
             "queue": m.pod_queue(pod, default),
-            "class": m.pod_priority_class(pod),
-            "preemptible": m.pod_preemptible(pod),
-            "min": ident.min_members,
         }
         try:
+            entry["class"] = m.pod_priority_class(pod)
+            entry["preemptible"] = m.pod_preemptible(pod)
             entry["spec"] = msgspec.to_builtins(m.pod_spec(pod))
         except ValueError as exc:
             entry["error"] = str(exc)
-        gang = self.gangs.setdefault(ident.job, {})
+        gang = self.gangs.setdefault(job, {})
+        joined = ident.pod not in gang or gang[ident.pod].get("uid") != entry["uid"]
         gang[ident.pod] = entry
         if len(gang) >= ident.min_members:
-            self._submit(ident.job, self.gangs.pop(ident.job), ident.min_members)
+            self._submit(job, self.gangs.pop(job), ident.min_members)
+        elif joined:
+            emit_event(
+                self.core,
+                (ident.namespace, ident.pod, entry["uid"]),
+                "WaitingForGang",
+                f"waiting for gang members: {len(gang)} of {ident.min_members} "
+                f"(min-member {ident.min_members}), job {job}",
+                component=COMPONENT,
+            )
 
     def _submit(self, job: str, gang: dict[str, Obj], min_members: int) -> None:
         names = sorted(gang)
@@ -380,10 +593,14 @@ class Ingestor:
 
     def _watcher(self, kind: str, rv: str) -> None:
         delay = 0.2
+        listed_at = time.monotonic()
         while not self._halt.is_set():
             try:
+                if kind == "pod" and time.monotonic() - listed_at > self.resync_s:
+                    rv = ""  # the periodic full comparison with the API server
                 if not rv:
                     items, rv = self._list(kind)
+                    listed_at = time.monotonic()
                     self._inbox.put((kind, "SYNC", (items, rv)))
                 for event in watch(self._watch_call(kind), rv, timeout_s=30):
                     if self._halt.is_set():
@@ -408,7 +625,10 @@ class Ingestor:
             items, rvs[kind] = self._list(kind)
             self.sync(kind, items)
         self.flush()
-        for kind, rv in (("queue", rvs["queue"]), ("node", rvs["node"]), ("pod", self.pods_rv)):
+        # Pods are listed afresh at every start (rv ""), then every ``resync_s``: what the
+        # API server holds is compared with what intake said, and every difference (a pod
+        # deleted while nobody watched, a phase change missed) becomes a fact.
+        for kind, rv in (("queue", rvs["queue"]), ("node", rvs["node"]), ("pod", "")):
             threading.Thread(
                 target=self._watcher, args=(kind, rv), name=f"watch-{kind}", daemon=True
             ).start()
