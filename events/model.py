@@ -48,6 +48,9 @@ class PodSpec(msgspec.Struct, frozen=True):
     """A fraction of one GPU asked for as device memory (used when ``gpu_milli`` is 0)."""
     tolerations: tuple[str, ...] = ()
     """Taints tolerated: ``key`` (any value) or ``key=value``."""
+    uid: str = ""
+    """The pod object's UID on a live cluster (empty in simulations): the binder binds and
+    evicts only that object, never a pod re-created under the same name."""
 
 
 class GpuSlot(msgspec.Struct, frozen=True, array_like=True):

@@ -113,6 +113,9 @@ class Binder:
         """(job, pod) → (CPU, memory) asked for, from JobSubmitted."""
         self.holdings: dict[tuple[str, str], tuple[tuple[GpuSlot, ...], int, int]] = {}
         """(job, pod) → (GPU slots, CPU, memory) of its last allocation, for EvictionFailed."""
+        self.uids: dict[tuple[str, str], str] = {}
+        """(job, pod) → the pod object's UID, from JobSubmitted: binds and evictions name
+        it, so a pod re-created under the same name is never bound or evicted for this job."""
         self.removed_nodes: set[str] = set()
         """Nodes the ledger says have left: their pods are deleted rather than evicted."""
         self.failed_evictions: dict[tuple[str, str], tuple[float, float, str]] = {}
@@ -158,6 +161,7 @@ class Binder:
         """
         ns, _ = split_job(job)
         slots = ",".join(f"{s.device}:{s.milli}" for s in p.gpus)
+        uid = self.uids.get((job, p.pod), "")
 
         def failed(reason: str, bound_node: str = "") -> BindFailed:
             return BindFailed(job=job, pod=p.pod, node=p.node, reason=reason, bound_node=bound_node)
@@ -170,6 +174,8 @@ class Binder:
                     "name": p.pod,
                     "namespace": ns,
                     "annotations": {m.GPU_SLOTS_ANNOTATION: slots, m.JOB_ANNOTATION: job},
+                    # The API server binds only the pod object with this UID (409 otherwise).
+                    **({"uid": uid} if uid else {}),
                 },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
             }
@@ -186,6 +192,8 @@ class Binder:
                     if again.status == 404:
                         return failed("pod gone")
                     raise
+                if uid and (pod.get("metadata") or {}).get("uid") != uid:
+                    return failed("pod gone (re-created under the same name)")
                 current = m.pod_node(pod)
                 annotations = (pod.get("metadata") or {}).get("annotations") or {}
                 if current == p.node and annotations.get(m.JOB_ANNOTATION) == job:
@@ -449,6 +457,8 @@ class Binder:
                 self.jobs[job] = (q, tuple(p.name for p in pods))
                 for spec in pods:
                     self.requests[(job, spec.name)] = (spec.cpu_milli, spec.memory_mib)
+                    if spec.uid:
+                        self.uids[(job, spec.name)] = spec.uid
             case PodsAllocated(job=job, placements=placements):
                 for placed in placements:
                     nodes[(job, placed.pod)] = placed.node
@@ -466,6 +476,7 @@ class Binder:
                 self.failed_evictions.pop((job, pod), None)
                 self.holdings.pop((job, pod), None)
                 self.requests.pop((job, pod), None)
+                self.uids.pop((job, pod), None)
             case _:
                 pass
         return event
@@ -476,6 +487,11 @@ class Binder:
         did not land (the cycle is executed again: the API calls are idempotent)."""
         at = wall_ms()
         self.sink.commit([wrap(o, at) for o in outcomes], {"next": after}, before={"next": before})
+
+
+def _uid_conflict(exc: ApiException) -> bool:
+    """A 409 that says the object's UID is not the one asked for (a precondition)."""
+    return "uid" in str(exc.body or "").lower() or "precondition" in str(exc.body or "").lower()
 
 
 def _blocking_victim(allocation: PodsAllocated, stuck: list[EvictionFailed]) -> str:

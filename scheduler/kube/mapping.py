@@ -161,6 +161,7 @@ def pod_spec(pod: Obj) -> PodSpec:
         tolerations.append(f"{key}={value}" if value and t.get("operator") != "Exists" else key)
     return PodSpec(
         name=_meta(pod)["name"],
+        uid=str(_meta(pod).get("uid") or ""),
         gpu_milli=gpu_milli,
         cpu_milli=int((req.get("cpu", Decimal(0)) * 1000).to_integral_value("ROUND_CEILING")),
         memory_mib=int(

@@ -1,0 +1,254 @@
+"""Ordinary cluster churn against a real kube-apiserver with kwok nodes (issue 14's failures).
+
+Each test drives the embedded deployment (ingestor, scheduler, binder as processes) through
+one thing people do to a cluster every day, and checks the API server itself: no GPU device
+bound to two live pods, no node with more GPUs bound than it has, and the ledger replays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from events.codec import decode_event
+from events.filelog import LedgerDirReader
+from replay.verify import run as replay_run
+from scheduler.kube.client import raw
+from tests.kubeharness import Cluster, gpuledger, make_cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    return make_cluster(tmp_path_factory.mktemp("k8s-churn"))
+
+
+@pytest.fixture
+def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
+    cluster_session.reset()
+    yield cluster_session
+    cluster_session.reset()
+
+
+def ledger(work: Path) -> list[Any]:
+    return [decode_event(e, o) for o, e in LedgerDirReader(work / "ledger").read()]
+
+
+def of(events: list[Any], name: str) -> list[Any]:
+    return [e for e in events if type(e).__name__ == name]
+
+
+def live_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = raw(
+        cluster.core.list_pod_for_all_namespaces, field_selector="spec.schedulerName=gpuledger"
+    )["items"]
+    return [
+        p
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
+def assert_no_double_booking(cluster: Cluster) -> None:
+    """The API server's bound pods: each GPU device at most once, each node within its GPUs."""
+    nodes = {
+        n["metadata"]["name"]: int(n["status"]["allocatable"].get("nvidia.com/gpu", "0"))
+        for n in raw(cluster.core.list_node)["items"]
+    }
+    taken: dict[tuple[str, int], int] = {}
+    per_node: dict[str, int] = {}
+    for p in live_pods(cluster):
+        node = p["spec"]["nodeName"]
+        slots = ((p["metadata"].get("annotations") or {}).get("gpuledger.io/gpu-slots")) or ""
+        for part in filter(None, slots.split(",")):
+            device, milli = (int(x) for x in part.split(":"))
+            taken[(node, device)] = taken.get((node, device), 0) + milli
+            per_node[node] = per_node.get(node, 0) + milli
+    over = {k: v for k, v in taken.items() if v > 1000}
+    assert not over, f"GPU devices bound twice: {over}"
+    for node, milli in per_node.items():
+        if node in nodes:
+            assert milli <= nodes[node] * 1000, f"{node}: {milli} milli-GPUs bound of {nodes[node]}"
+
+
+def assert_healthy(procs: dict[str, Any], work: Path) -> None:
+    for name, p in procs.items():
+        assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
+        assert p.p is not None and p.p.poll() is None, f"{name} exited:\n{p.log()}"
+    wait_until(lambda: any((work / "ledger").glob("*.seg")), 20, "the scheduler's ledger")
+    result = replay_run(LedgerDirReader(work / "ledger"))
+    assert result.ok, result.mismatch and result.mismatch.diff()
+
+
+def bound(cluster: Cluster, ns: str, name: str) -> str:
+    try:
+        pod = raw(cluster.core.read_namespaced_pod, name, ns)
+    except Exception:
+        return ""
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def gone(cluster: Cluster, ns: str, name: str) -> bool:
+    return name not in cluster.phases(ns)
+
+
+def test_deleting_one_member_of_a_running_gang_never_double_books(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ns = cluster.namespace("ch-gang")
+    cluster.nodes("ch-gang-gpu", 2, gpus=8)
+    cluster.queue("ch-gang-q", [ns], quota=16)
+    with gpuledger(cluster, tmp_path) as procs:
+        for i in range(2):
+            cluster.pod(ns, f"g-{i}", gpus=8, group="g", min_member=2, duration=None)
+        wait_until(lambda: all(bound(cluster, ns, f"g-{i}") for i in range(2)), 30, "gang g")
+        cluster.core.delete_namespaced_pod("g-0", ns, grace_period_seconds=0)
+        for i in range(2):
+            cluster.pod(ns, f"h-{i}", gpus=8, group="h", min_member=2, duration=None)
+        deadline = time.monotonic() + 40
+        while not all(bound(cluster, ns, f"h-{i}") for i in range(2)):
+            assert_no_double_booking(cluster)
+            assert time.monotonic() < deadline, "gang h was never bound"
+            time.sleep(0.2)
+        assert gone(cluster, ns, "g-1"), "the survivor of the broken gang is evicted"
+        assert_no_double_booking(cluster)
+        terminated = cluster.events(ns, "Terminated")
+        assert terminated and "gang below its minimum (1 of 2)" in terminated[0]["message"]
+        time.sleep(0.5)
+        assert_healthy(procs, tmp_path)
+    events = ledger(tmp_path)
+    assert [(e.job, e.pods) for e in of(events, "JobTerminated")] == [(f"{ns}/g", ("g-1",))]
+    assert not of(events, "JobCancelled")
+
+
+def test_deleting_a_node_with_bound_pods_settles_instead_of_livelocking(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ns = cluster.namespace("ch-node")
+    cluster.nodes("ch-node-gpu", 2, gpus=8)
+    cluster.queue("ch-node-q", [ns], quota=16)
+    with gpuledger(cluster, tmp_path) as procs:
+        cluster.pod(ns, "solo", gpus=8, duration=None)
+        for i in range(2):
+            cluster.pod(ns, f"pair-{i}", gpus=4, group="pair", min_member=2, duration=None)
+        wait_until(lambda: bound(cluster, ns, "solo"), 30, "solo")
+        wait_until(lambda: all(bound(cluster, ns, f"pair-{i}") for i in range(2)), 30, "pair")
+        victim = bound(cluster, ns, "solo")
+        cluster.core.delete_node(victim)
+        wait_until(lambda: gone(cluster, ns, "solo"), 30, "the pod of the removed node deleted")
+        time.sleep(2)
+        before = len(ledger(tmp_path))
+        time.sleep(3)
+        after = len(ledger(tmp_path))
+        assert after - before < 10, f"the ledger kept growing: {before} -> {after} records"
+        assert_no_double_booking(cluster)
+        assert_healthy(procs, tmp_path)
+    events = ledger(tmp_path)
+    assert not of(events, "BindFailed"), "a bound pod is never bound again"
+    assert [e.job for e in of(events, "PodsAllocated")].count(f"{ns}/solo") == 1
+    assert f"{ns}/solo" in {e.job for e in of(events, "JobTerminated")}
+
+
+def test_a_bad_annotation_is_rejected_and_intake_goes_on(cluster: Cluster, tmp_path: Path) -> None:
+    ns = cluster.namespace("ch-bad")
+    cluster.nodes("ch-bad-gpu", 1, gpus=8)
+    cluster.queue("ch-bad-q", [ns], quota=8)
+    with gpuledger(cluster, tmp_path) as procs:
+        cluster.core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {
+                    "name": "poison",
+                    "labels": {"gpuledger.io/pod-group": "poison"},
+                    "annotations": {"gpuledger.io/min-member": "abc"},
+                },
+                "spec": {
+                    "schedulerName": "gpuledger",
+                    "containers": [{"name": "c", "image": "x"}],
+                },
+            },
+        )
+        cluster.pod(ns, "ultra", gpus=1, priority_class="ultra")
+        cluster.pod(ns, "fine", gpus=1, duration=None)
+        wait_until(lambda: bound(cluster, ns, "fine"), 30, "a good pod after the bad ones")
+        wait_until(lambda: len(cluster.events(ns, "Rejected")) >= 2, 10, "Rejected events")
+        time.sleep(0.5)
+        assert_healthy(procs, tmp_path)
+    messages = {e["involvedObject"]["name"]: e["message"] for e in cluster.events(ns, "Rejected")}
+    assert "gpuledger.io/min-member" in messages["poison"] and "'abc'" in messages["poison"]
+    assert "'ultra'" in messages["ultra"] and "inference" in messages["ultra"]
+    assert bound(cluster, ns, "poison") == "" and bound(cluster, ns, "ultra") == ""
+
+
+def test_a_pod_re_created_with_a_used_name_is_scheduled_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ns = cluster.namespace("ch-again")
+    cluster.nodes("ch-again-gpu", 1, gpus=8)
+    cluster.queue("ch-again-q", [ns], quota=8)
+    with gpuledger(cluster, tmp_path) as procs:
+        cluster.pod(ns, "again", gpus=8, duration=None)
+        for i in range(2):
+            cluster.pod(ns, f"gang-{i}", gpus=0, group="gang", min_member=2, duration=None)
+        wait_until(lambda: bound(cluster, ns, "again"), 30, "the first pod")
+        wait_until(lambda: bound(cluster, ns, "gang-0"), 30, "the first gang")
+        cluster.core.delete_namespaced_pod("again", ns, grace_period_seconds=0)
+        for i in range(2):
+            cluster.core.delete_namespaced_pod(f"gang-{i}", ns, grace_period_seconds=0)
+        wait_until(lambda: not cluster.phases(ns), 30, "the pods deleted")
+        # kwok (the fake kubelet) finishes a deleted pod by name a moment later; a pod
+        # re-created under that name too soon is deleted by it (a real kubelet uses UIDs).
+        time.sleep(2)
+        cluster.pod(ns, "again", gpus=8, duration=None)
+        for i in range(2):
+            cluster.pod(ns, f"gang-{i}", gpus=0, group="gang", min_member=2, duration=None)
+        wait_until(lambda: bound(cluster, ns, "again"), 30, "the re-created pod")
+        wait_until(lambda: bound(cluster, ns, "gang-1"), 30, "the re-created gang")
+        assert_no_double_booking(cluster)
+        assert_healthy(procs, tmp_path)
+    submitted = [e.job for e in of(ledger(tmp_path), "JobSubmitted")]
+    assert submitted.count(f"{ns}/again") == 1 and submitted.count(f"{ns}/again#2") == 1
+    assert submitted.count(f"{ns}/gang") == 1 and submitted.count(f"{ns}/gang#2") == 1
+
+
+def test_an_incomplete_gang_says_what_it_waits_for(cluster: Cluster, tmp_path: Path) -> None:
+    ns = cluster.namespace("ch-wait")
+    cluster.nodes("ch-wait-gpu", 1, gpus=8)
+    cluster.queue("ch-wait-q", [ns], quota=8)
+    with gpuledger(cluster, tmp_path) as procs:
+        cluster.pod(ns, "half-0", gpus=1, group="half", min_member=2, duration=None)
+        wait_until(lambda: cluster.events(ns, "WaitingForGang"), 20, "a WaitingForGang event")
+        assert_healthy(procs, tmp_path)
+    message = cluster.events(ns, "WaitingForGang")[0]["message"]
+    assert "waiting for gang members: 1 of 2 (min-member 2)" in message
+
+
+def test_an_invalid_queue_gets_an_event_and_never_enters_the_ledger(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ns = cluster.namespace("ch-queue")
+    cluster.nodes("ch-queue-gpu", 1, gpus=8)
+    cluster.queue("ch-orphan", [ns], quota=4, parent="ch-no-such-parent")
+    cluster.queue("ch-ok", [ns], quota=4)
+    with gpuledger(cluster, tmp_path) as procs:
+        cluster.pod(ns, "into-orphan", gpus=1, queue="ch-orphan")
+        cluster.pod(ns, "into-ok", gpus=1, queue="ch-ok", duration=None)
+        wait_until(lambda: bound(cluster, ns, "into-ok"), 30, "a pod of the valid queue")
+        time.sleep(1)
+        assert_healthy(procs, tmp_path)
+    invalid = raw(
+        cluster.core.list_namespaced_event, "default", field_selector="reason=InvalidQueue"
+    )["items"]
+    assert any(
+        e["involvedObject"]["name"] == "ch-orphan" and "ch-no-such-parent" in e["message"]
+        for e in invalid
+    )
+    events = ledger(tmp_path)
+    assert "ch-orphan" not in {e.queue for e in of(events, "QueueConfigured")}
+    assert bound(cluster, ns, "into-orphan") == ""
