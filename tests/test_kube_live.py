@@ -396,13 +396,27 @@ def test_churn_keeps_the_books_true(
             with contextlib.suppress(ApiException):
                 cluster.core.delete_namespaced_pod(bad, ns, grace_period_seconds=0)
 
+        def schedulable(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            """Pods that can run: not poison, and not of a gang with fewer members left
+            than its min-member (one of them deleted before the gang was complete)."""
+            members = collections.Counter(
+                (p["metadata"].get("labels") or {}).get("gpuledger.io/pod-group", "") for p in pods
+            )
+            out = []
+            for p in pods:
+                meta = p["metadata"]
+                group = (meta.get("labels") or {}).get("gpuledger.io/pod-group", "")
+                need = int((meta.get("annotations") or {}).get("gpuledger.io/min-member", "1"))
+                if meta["name"] not in poison and (not group or members[group] >= need):
+                    out.append(p)
+            return out
+
         def settled() -> bool:
             assert_no_double_booking(cluster)
             pods = raw(cluster.core.list_namespaced_pod, ns)["items"]
             return all(
                 p["spec"].get("nodeName") or p["status"].get("phase") in ("Succeeded", "Failed")
-                for p in pods
-                if p["metadata"]["name"] not in poison
+                for p in schedulable(pods)
             )
 
         try:
@@ -411,8 +425,8 @@ def test_churn_keeps_the_books_true(
             pods = raw(cluster.core.list_namespaced_pod, ns)["items"]
             stuck = [
                 (p["metadata"]["name"], p["metadata"].get("uid"), p["status"].get("phase"))
-                for p in pods
-                if not p["spec"].get("nodeName") and p["metadata"]["name"] not in poison
+                for p in schedulable(pods)
+                if not p["spec"].get("nodeName")
             ]
             raise AssertionError(f"never bound: {stuck}; prefix {s.prefix}") from None
         time.sleep(2)
