@@ -310,13 +310,20 @@ class Proc:
 
 
 @contextlib.contextmanager
-def gpuledger(cluster: Cluster, work: Path) -> Iterator[dict[str, Proc]]:
-    """Ingestor, embedded scheduler and binder running against the cluster."""
+def gpuledger(
+    cluster: Cluster, work: Path, *, resync_s: float | None = None
+) -> Iterator[dict[str, Proc]]:
+    """Ingestor, embedded scheduler and binder running against the cluster (the ingestor
+    reconciling with the ledger every ``resync_s`` when given)."""
     intake, ledger = work / "intake", work / "ledger"
+    resync = [] if resync_s is None else ["--ledger", str(ledger), "--resync-s", str(resync_s)]
     procs = {
         "ingest": Proc(
             "ingest",
-            ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", str(intake)],
+            [
+                *("ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig)),
+                *("--intake", str(intake), *resync),
+            ],
             work,
         ),
         "schedule": Proc(

@@ -258,3 +258,51 @@ def test_books_balance_under_random_churn(seed: int) -> None:
             )
         w.at(t, *events)
         assert_books_balance(w.state)
+
+
+def _api_pod(name: str, job: str, node: str, slots: str, uid: str = "u") -> dict:  # type: ignore[type-arg]
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "annotations": {"gpuledger.io/job": job, "gpuledger.io/gpu-slots": slots},
+        },
+        "spec": {"nodeName": node, "containers": []},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_reconcile_finds_pods_the_ledger_misplaces_or_forgets() -> None:
+    from scheduler.kube.reconcile import Reconciler, differences
+
+    w = World(node("n1"), node("n2"), queue("a"), **LIVE)
+    got = w.at(1, job("x", "a", gpus=2), job("y", "a", gpus=2))
+    where = {**placed_nodes(got, "x"), **placed_nodes(got, "y")}
+    other = "n2" if where["x-0"] == "n1" else "n1"
+    pods = [
+        _api_pod("x-0", "x", other, "0:1000,1:1000"),  # bound elsewhere than placed
+        _api_pod("y-0", "y", where["y-0"], "0:1000,1:1000"),  # as the ledger says
+        _api_pod("z-0", "x", "n1", "5:1000"),  # a pod the ledger never placed for x
+    ]
+    found = differences(w.state, pods)
+    assert set(found) == {("bound", "x", "x-0"), ("running", "x", "z-0")}
+    bound = found[("bound", "x", "x-0")]
+    assert isinstance(bound, BindFailed) and bound.bound_node == other
+    running = found[("running", "x", "z-0")]
+    assert isinstance(running, EvictionFailed) and running.gpus == (GpuSlot(5, 1000),)
+
+    class Nothing:  # a ledger reader with no records
+        def read(self, start: int = 0, end: int | None = None):  # type: ignore[no-untyped-def]
+            return iter(())
+
+        def end_offset(self) -> int:
+            return 0
+
+        def close(self) -> None:
+            pass
+
+    r = Reconciler(Nothing())  # type: ignore[arg-type]
+    r.state = w.state
+    assert r.compare(pods) == [], "a difference is reported only when seen twice"
+    assert {type(e).__name__ for e in r.compare(pods)} == {"BindFailed", "EvictionFailed"}
+    assert r.compare([pods[1]]) == [], "gone by the next look: nothing to report"

@@ -252,3 +252,35 @@ def test_an_invalid_queue_gets_an_event_and_never_enters_the_ledger(
     events = ledger(tmp_path)
     assert "ch-orphan" not in {e.queue for e in of(events, "QueueConfigured")}
     assert bound(cluster, ns, "into-orphan") == ""
+
+
+def test_drift_the_ledger_does_not_know_is_reconciled(cluster: Cluster, tmp_path: Path) -> None:
+    """A producer wrongly reports a running pod deleted: the ledger counts its GPUs free
+    while the API server runs it. The ingestor's comparison with the ledger finds it twice
+    in a row, records it (EvictionFailed: the core holds its GPUs again), and the binder
+    evicts it, so the cluster and the ledger agree again."""
+    from events.codec import wrap
+    from events.model import PodDeleted
+    from scheduler.embedded import open_source
+
+    ns = cluster.namespace("ch-drift")
+    cluster.nodes("ch-drift-gpu", 1, gpus=8)
+    cluster.queue("ch-drift-q", [ns], quota=8)
+    with gpuledger(cluster, tmp_path, resync_s=1.5) as procs:
+        cluster.pod(ns, "drifter", gpus=4, duration=None)
+        wait_until(lambda: bound(cluster, ns, "drifter"), 30, "the pod bound")
+        wait_until(lambda: of(ledger(tmp_path), "PodStarted"), 20, "the pod's start in the ledger")
+        confused = open_source(tmp_path / "intake", "confused")
+        confused.append(
+            [wrap(PodDeleted(job=f"{ns}/drifter", pod="drifter"), int(time.time() * 1000))]
+        )
+        confused.close()
+        wait_until(lambda: gone(cluster, ns, "drifter"), 60, "the drifting pod evicted")
+        time.sleep(1)
+        assert_healthy(procs, tmp_path)
+    events = ledger(tmp_path)
+    healed = [e for e in of(events, "EvictionFailed") if e.reason.startswith("reconcile:")]
+    assert [(e.job, e.pod, len(e.gpus)) for e in healed] == [(f"{ns}/drifter", "drifter", 4)]
+    assert [e.pod for e in of(events, "PodEvicted")] == ["drifter"]
+    state = replay_run(LedgerDirReader(tmp_path / "ledger")).state
+    assert not state.held and state.nodes["ch-drift-gpu-0"].free_gpu_milli == 8000

@@ -289,6 +289,7 @@ class Binder:
             if isinstance(out, PodEvicted):
                 self.failed_evictions.pop(key, None)
                 outcomes.append(out)
+                self.evicted += 1
             else:
                 self.failed_evictions[key] = (now + delay * 2, min(delay * 2, 300.0), node)
         return outcomes

@@ -96,8 +96,18 @@ def _ingest(args: argparse.Namespace) -> int:
         if isinstance(intake, IntakeSink):
             intake.close()
         raise
+    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+
+    # The ledger to reconcile against: given, or on Kafka the deployment's own.
+    source = args.ledger or (args.intake if _is_kafka(args.intake) else None)
+    try:
+        ledger = None if source is None else open_reader(source)
+    except LedgerError as exc:
+        if isinstance(intake, IntakeSink):
+            intake.close()
+        raise CliError(f"--ledger {source}: {exc}") from exc
     stop = _stop_on_signals()
-    Ingestor(api, intake).run(stop.is_set)
+    Ingestor(api, intake, ledger=ledger, resync_s=args.resync_s).run(stop.is_set)
     return 0
 
 
@@ -182,6 +192,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         required=True,
         help="intake directory (writes INTAKE/ingest/), or kafka://HOST:PORT/PREFIX (the "
         "domain's partition of PREFIX.intake; ?domain=NAME&domains=a,b for other domains)",
+    )
+    p.add_argument(
+        "--ledger",
+        help="the scheduler's ledger to reconcile the API server's pods against (default on "
+        "Kafka: the deployment's ledger; with a directory intake: none)",
+    )
+    p.add_argument(
+        "--resync-s",
+        type=float,
+        default=300.0,
+        help="list every pod and compare with intake and the ledger this often (default 300)",
     )
     add_security_arguments(p)
     p.set_defaults(func=_with_logging(_kafka_errors(_ingest)))

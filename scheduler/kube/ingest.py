@@ -31,7 +31,9 @@ intake records, so re-seeing an object never duplicates an event. Its position (
 being assembled, which job each pod UID is) is committed with what it produced. Pods are
 listed in full at every start and every ``resync_s`` and compared with what intake said:
 a pod deleted while nobody watched becomes a ``PodDeleted``, a phase change missed a
-``PodStarted``/``PodFinished``. Nodes and Queues are re-listed at every start.
+``PodStarted``/``PodFinished``. Given the scheduler's ledger, the same list is compared
+with the ledger's allocations and held pods, and drift the ledger does not know becomes a
+fact (``scheduler.kube.reconcile``). Nodes and Queues are re-listed at every start.
 """
 
 from __future__ import annotations
@@ -65,9 +67,11 @@ from events.model import (
     QueueConfigured,
     QueueRemoved,
 )
+from events.port import LedgerReader
 from scheduler.embedded import wall_ms
 from scheduler.kube import mapping as m
 from scheduler.kube.client import Gone, Obj, emit_event, is_transient, raw, watch
+from scheduler.kube.reconcile import Reconciler
 from scheduler.kube.transport import IntakeSink, open_sink
 
 log = logging.getLogger(__name__)
@@ -169,9 +173,18 @@ def job_id(base: str, generation: int) -> str:
 class Ingestor:
     """Watches the API and appends intake events; see the module docstring."""
 
-    def __init__(self, api: client.ApiClient, intake: str | Path | IntakeSink) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        intake: str | Path | IntakeSink,
+        *,
+        ledger: LedgerReader | None = None,
+        resync_s: float = 300.0,
+    ) -> None:
         """Open the intake sink (an intake directory: ``INTAKE/ingest/``, taking its writer
-        lock; or a ``kafka://`` deployment) and derive what it already says."""
+        lock; or a ``kafka://`` deployment) and derive what it already says. With the
+        scheduler's ``ledger``, every full list of pods is also compared with what the
+        ledger holds (``scheduler.kube.reconcile``)."""
         self.api = api
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -193,8 +206,9 @@ class Ingestor:
         self._inbox: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self._halt = threading.Event()
         self.appended = 0
-        self.resync_s = 300.0
+        self.resync_s = resync_s
         """How often the pods are listed in full and compared with what intake said."""
+        self.reconciler = None if ledger is None else Reconciler(ledger)
 
     # ------------------------------------------------------------------ output
 
@@ -213,6 +227,8 @@ class Ingestor:
         """Stop the watch threads and release the intake writer (lock or producer)."""
         self._halt.set()
         self.sink.close()
+        if self.reconciler is not None:
+            self.reconciler.close()
 
     # ------------------------------------------------------------------ queues and nodes
 
@@ -602,7 +618,9 @@ class Ingestor:
                     items, rv = self._list(kind)
                     listed_at = time.monotonic()
                     self._inbox.put((kind, "SYNC", (items, rv)))
-                for event in watch(self._watch_call(kind), rv, timeout_s=30):
+                # A watch call returns within its timeout, so the periodic list is on time.
+                timeout = 30 if kind != "pod" else max(1, min(30, round(self.resync_s)))
+                for event in watch(self._watch_call(kind), rv, timeout_s=timeout):
                     if self._halt.is_set():
                         return
                     obj = event["object"]
@@ -640,6 +658,11 @@ class Ingestor:
             self.sync(kind, items)
             if kind == "pod":
                 self.pods_rv = rv
+                if self.reconciler is not None:
+                    for event in self.reconciler.compare(items):
+                        key = (getattr(event, "job", ""), getattr(event, "pod", ""))
+                        if not (isinstance(event, PodDeleted) and key in self.said.deleted):
+                            self._emit(event)
             return
         if etype == "BOOKMARK":
             if kind == "pod":
