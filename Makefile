@@ -24,6 +24,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check events scheduler projections replay tests bench scripts
 	$(VENV)/bin/ruff format --check events scheduler projections replay tests bench scripts
+	$(VENV)/bin/lint-imports  # the layering contracts in pyproject.toml
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

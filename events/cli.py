@@ -9,8 +9,9 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO
 
+from events.clierror import CliError
 from events.codec import DecodeError, Envelope, to_json_line
 from events.filelog import (
     FileLedger,
@@ -129,12 +130,6 @@ def _offset(text: str) -> int:
     return value
 
 
-def _fail(message: str) -> NoReturn:
-    from scheduler.cli import CliError  # noqa: PLC0415  # scheduler.cli imports this module
-
-    raise CliError(message)
-
-
 KAFKA_SCHEME = "kafka://"
 
 
@@ -145,7 +140,7 @@ def refuse_kafka_url(value: str | None, option: str, command: str, wants: str) -
     as a missing directory, or be created as one (``kafka:/HOST:PORT/PREFIX``).
     """
     if value is not None and value[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME:
-        _fail(
+        raise CliError(
             f"{option} {value}: `gpuledger {command}` cannot use a Kafka ledger; "
             f"{option} takes {wants}"
         )
@@ -157,10 +152,10 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except (LedgerError, DecodeError) as exc:
-        _fail(str(exc))
+        raise CliError(str(exc)) from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        _fail(f"{where}{exc.strerror or exc}")
+        raise CliError(f"{where}{exc.strerror or exc}") from None
 
 
 def _stdout() -> IO[bytes]:
@@ -214,9 +209,9 @@ def _cat(args: argparse.Namespace) -> int:
     types: set[str] | None = set(args.types) if args.types else None
     if types is not None and not types <= TAGS.keys():
         unknown = ", ".join(sorted(types - TAGS.keys()))
-        _fail(f"unknown event type {unknown}; known: {', '.join(sorted(TAGS))}")
+        raise CliError(f"unknown event type {unknown}; known: {', '.join(sorted(TAGS))}")
     if args.follow and args.end is not None:
-        _fail("--until and --follow cannot be combined: a followed ledger has no end")
+        raise CliError("--until and --follow cannot be combined: a followed ledger has no end")
     out = _stdout()
     with _user_errors(), _reading(args.ledger) as reader:
         if args.follow:
@@ -251,7 +246,7 @@ def _verify(args: argparse.Namespace) -> int:
     )
     with _user_errors():
         if not Path(args.ledger).is_dir():
-            _fail(f"{args.ledger}: not a ledger directory")
+            raise CliError(f"{args.ledger}: not a ledger directory")
         report = verify(args.ledger)
     span = (
         f"offsets {report.first_offset}..{report.last_offset}"

@@ -16,12 +16,13 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import duckdb
 import msgspec
 
 from events.cli import refuse_kafka_url
+from events.clierror import CliError
 from events.codec import DecodeError
 from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
@@ -32,9 +33,6 @@ from projections.report import (
     render_full_report,
     render_table,
 )
-
-if TYPE_CHECKING:
-    from scheduler.cli import CliError
 
 __all__ = ["register"]
 
@@ -148,7 +146,7 @@ def _open_source(args: argparse.Namespace) -> duckdb.DuckDBPyConnection:
             return open_parquet(args.parquet)
         return connect(args.db, read_only=True)
     except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -161,13 +159,7 @@ def _output(path: str | None) -> Iterator[IO[str]]:
         with open(path, "w", encoding="utf-8") as f:
             yield f
     except OSError as exc:
-        raise _cli_error(f"cannot write {path}: {exc}") from exc
-
-
-def _cli_error(message: str) -> CliError:
-    from scheduler.cli import CliError  # noqa: PLC0415  # the CLI shell imports us lazily
-
-    return CliError(message)
+        raise CliError(f"cannot write {path}: {exc}") from exc
 
 
 def _project_or_follow(args: argparse.Namespace) -> int:
@@ -176,7 +168,7 @@ def _project_or_follow(args: argparse.Namespace) -> int:
     One reader serves every run, so a Kafka ledger is not reconnected each interval.
     """
     if args.batch_size < 1:
-        raise _cli_error(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     source = args.ledger if args.follow is None else args.follow
     reader = _open_ledger(source)
     try:
@@ -200,7 +192,7 @@ def _open_ledger(source: str) -> LedgerReader:
     try:
         return open_reader(source)
     except (LedgerError, OSError, ValueError) as exc:
-        raise _cli_error(f"cannot open ledger {source}: {exc}") from exc
+        raise CliError(f"cannot open ledger {source}: {exc}") from exc
 
 
 def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int:
@@ -222,9 +214,9 @@ def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int
             progress=progress if show_progress else None,
         )
     except (DecodeError, LedgerError) as exc:
-        raise _cli_error(f"ledger {source}: {exc}") from exc
+        raise CliError(f"ledger {source}: {exc}") from exc
     except (SchemaError, ValueError, duckdb.Error) as exc:
-        raise _cli_error(f"{args.db}: {exc}") from exc
+        raise CliError(f"{args.db}: {exc}") from exc
     finally:
         if show_progress:
             sys.stderr.write("\n")
@@ -244,12 +236,12 @@ def _report(args: argparse.Namespace) -> int:
     try:
         window = parse_window(args.window) if args.window else None
     except ValueError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     con = _open_source(args)
     try:
         report = full_report(con, window)
     except duckdb.Error as exc:
-        raise _cli_error(f"report failed: {exc}") from exc
+        raise CliError(f"report failed: {exc}") from exc
     finally:
         con.close()
     with _output(args.output) as out:
@@ -271,7 +263,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         rows = export_parquet(args.db, args.parquet)
     except (FileNotFoundError, SchemaError, duckdb.Error, OSError) as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     sys.stdout.write(f"exported {rows:,} rows of {args.db} to {args.parquet}\n")
     return 0
 
@@ -284,16 +276,16 @@ def _metrics_import(args: argparse.Namespace) -> int:
     try:
         samples = read_samples(args.file, args.format, default_at=args.at, shift_ms=args.shift_ms)
     except MetricsError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     try:
         writer = FileLedger.open(args.ledger, create=False)
     except (LedgerError, OSError) as exc:
-        raise _cli_error(f"cannot open ledger {args.ledger}: {exc}") from exc
+        raise CliError(f"cannot open ledger {args.ledger}: {exc}") from exc
     try:
         batch = list(envelopes(samples))
         first = writer.append(batch) if batch else writer.end_offset()
     except (LedgerError, OSError) as exc:
-        raise _cli_error(f"ledger {args.ledger}: {exc}") from exc
+        raise CliError(f"ledger {args.ledger}: {exc}") from exc
     finally:
         writer.close()
     nodes = len({s.node for s in samples})
@@ -310,7 +302,7 @@ def _json_default(value: Any) -> Any:
 
 def _sql(args: argparse.Namespace) -> int:
     if args.format == "parquet" and not args.output:
-        raise _cli_error("--format parquet needs --output FILE")
+        raise CliError("--format parquet needs --output FILE")
     con = _open_source(args)
     try:
         if args.query is None:
@@ -382,7 +374,7 @@ def _run_query(con: duckdb.DuckDBPyConnection, query: str, args: argparse.Namesp
         names = [d[0] for d in description]
         values = cur.fetchall() if names else []
     except duckdb.Error as exc:
-        raise _cli_error(f"SQL error: {exc}") from exc
+        raise CliError(f"SQL error: {exc}") from exc
     if not names:
         return  # a statement without a result set
     with _output(args.output) as out:

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from events.cli import refuse_kafka_url
+from events.clierror import CliError
 from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
@@ -99,12 +100,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_schema)
 
 
-def _cli_error(message: str) -> Exception:
-    from scheduler.cli import CliError  # noqa: PLC0415  # avoid an import cycle at load time
-
-    return CliError(message)
-
-
 def _load_inputs(
     cluster: str, queues: str, workload: str
 ) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
@@ -115,13 +110,13 @@ def _load_inputs(
             load(workload, WorkloadFile),
         )
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
 
 
 def _fresh_dir(path: Path, force: bool) -> None:
     if path.exists() and any(path.iterdir()):
         if not force:
-            raise _cli_error(f"{path} exists and is not empty (use --force to replace it)")
+            raise CliError(f"{path} exists and is not empty (use --force to replace it)")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
 
@@ -159,7 +154,7 @@ def simulate_to(
             progress = _progress(time.perf_counter()) if show_progress else None
             result = sim.run(progress=progress, observe=observe)
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     if show_progress:
         print(file=sys.stderr)
     return result
@@ -174,7 +169,7 @@ def _simulate(args: argparse.Namespace) -> int:
         knobs = load(args.policy_file, PolicyFile) if args.policy_file else PolicyFile()
         policy = policy_event(args.policy, knobs)
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     ledger = Path(args.ledger)
     _fresh_dir(ledger, args.force)
     from projections.report import render_table  # noqa: PLC0415
@@ -228,7 +223,7 @@ def parse_bound(text: str) -> tuple[str, int]:
                 return ("time", round(float(number) * _UNITS[unit]))
             except ValueError:
                 break
-    raise _cli_error(f"{text!r}: expected an offset (1200) or a time such as 90m, 6h, 2d")
+    raise CliError(f"{text!r}: expected an offset (1200) or a time such as 90m, 6h, 2d")
 
 
 def _offset_of(reader: Any, bound: tuple[str, int] | None, default: int | None) -> int | None:
@@ -262,7 +257,7 @@ def _open(src: str) -> Any:
     try:
         return open_reader(src)
     except (LedgerError, OSError) as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -279,7 +274,7 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         result = run(reader, start=start, end=end)
     except (LedgerError, DecodeError, OSError) as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     elapsed = time.perf_counter() - started
     rate = result.records / elapsed if elapsed > 0 else 0.0
     print(
@@ -314,7 +309,7 @@ def _whatif(args: argparse.Namespace) -> int:
     from replay.whatif import changed_fates, compare_rows, extract, replace_queues  # noqa: PLC0415
 
     if not args.out:
-        raise _cli_error("a what-if needs --out DIR for its ledger and report")
+        raise CliError("a what-if needs --out DIR for its ledger and report")
     refuse_kafka_url(args.out, "--out", "replay", "a directory for the what-if's ledger and report")
     reader = _open(args.ledger)
     start_ms = _time_of(reader, parse_bound(args.start)) if args.start != "0" else None
@@ -332,7 +327,7 @@ def _whatif(args: argparse.Namespace) -> int:
         if args.queues:
             replace_queues(history, queue_events(load(args.queues, QueuesFile)))
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     out = Path(args.out)
     _fresh_dir(out, force=False)
     with FileLedger.open(out / "ledger") as writer:
@@ -476,12 +471,12 @@ def _run_compare(
 
     for policy in policies:
         if policy not in POLICIES:
-            raise _cli_error(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+            raise CliError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
         _fresh_dir(out / policy, force=True)
     try:
         runs = compare(cluster, queues, workload, policies, out, knobs=knobs, workers=workers)
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     print(table(runs))
     json_path, html_path = write(runs, out, title)
     print(f"\nwrote {json_path} and {html_path}")
@@ -494,7 +489,7 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         knobs = load(args.policy_file, PolicyFile) if args.policy_file else None
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     title = f"gpuledger compare: {Path(args.workload).name} on {Path(args.cluster).name}"
     _run_compare(cluster, queues, workload, policies, Path(args.out), knobs, args.workers, title)
@@ -510,7 +505,7 @@ def _example(args: argparse.Namespace) -> int:
             print(f"{example.name:<10} {example.story}")
         return 0
     if args.name not in EXAMPLES:
-        raise _cli_error(f"no example {args.name!r}; choose from {', '.join(EXAMPLES)}")
+        raise CliError(f"no example {args.name!r}; choose from {', '.join(EXAMPLES)}")
     refuse_kafka_url(args.out, "--out", "example", "a directory for the ledgers and reports")
     example = EXAMPLES[args.name]
     cluster, queues, workload = _load_inputs(

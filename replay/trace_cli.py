@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from events.clierror import CliError
 from replay.config import ConfigError
 from replay.traces import (
     FORMATS,
@@ -68,8 +69,6 @@ def _say(line: str) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from scheduler.cli import CliError  # noqa: PLC0415  # avoid an import cycle at load time
-
     if (args.nodes is None) != (args.cluster_out is None):
         raise CliError("--nodes and --cluster-out go together")
     if args.simulate and not (args.nodes and args.queues_out):
@@ -111,7 +110,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _simulate_imported(args: argparse.Namespace) -> int:
     """Straight to a simulation: the same command as ``gpuledger simulate`` on the files."""
-    from scheduler.cli import main  # noqa: PLC0415  # avoid an import cycle at load time
+    from replay import cli as replay_cli  # noqa: PLC0415  # replay.cli registers this module
 
     argv = [
         "simulate",
@@ -122,7 +121,11 @@ def _simulate_imported(args: argparse.Namespace) -> int:
         "--ledger", str(args.simulate),
         "--no-fairness",
     ]  # fmt: skip
-    return main(argv)
+    parser = argparse.ArgumentParser(prog="gpuledger")
+    replay_cli.register(parser.add_subparsers(dest="command", required=True))
+    sim = parser.parse_args(argv)
+    code: int = sim.func(sim)
+    return code
 
 
 def _with_flags(mapping: Mapping, args: argparse.Namespace) -> Mapping:

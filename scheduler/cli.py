@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from events.clierror import CliError
 
-class CliError(Exception):
-    """A user-facing error: printed as ``gpuledger: <message>`` with exit status 2."""
+__all__ = ["CliError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +48,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Under `python -m scheduler.cli` this file runs as `__main__`, whose CliError is not the
-    # `scheduler.cli.CliError` the sub-commands raise: run the importable module's main.
-    from scheduler.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

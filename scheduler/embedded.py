@@ -24,57 +24,18 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.codec import Envelope, encode_envelope
 from events.filelog import FileLedger, LedgerDirReader, LedgerError
+from events.localfiles import read_json, wall_ms, write_json_atomic
 from events.model import Tick
 from scheduler.engine import Engine
 from scheduler.runtime import Input, Refusal, Runtime, StepResult, live_policy
 
 log = logging.getLogger(__name__)
-
-
-def wall_ms() -> int:
-    """Wall-clock time in milliseconds: adapters stamp inputs with it, never the core."""
-    return time.time_ns() // 1_000_000
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    """Replace ``path`` with ``data`` as JSON, durably (write, fsync, rename, fsync dir)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_json(path: Path) -> dict[str, object] | None:
-    """The JSON object stored at ``path``, or None if there is none."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
-
-
-def open_source(intake: str | os.PathLike[str], source: str) -> FileLedger:
-    """The writer of one producer's intake ledger, ``INTAKE/<source>/`` (created if missing)."""
-    root = Path(intake)
-    root.mkdir(parents=True, exist_ok=True)
-    return FileLedger.open(root / source)
 
 
 def _sources(intake: Path) -> list[str]:

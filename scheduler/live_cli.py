@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from events.clierror import CliError
 from events.codec import Envelope, encode_envelope, wrap
 from events.kafkalog import (
     DEFAULT_BOOTSTRAP,
@@ -128,7 +129,7 @@ def security_of(args: argparse.Namespace) -> KafkaSecurity:
             ssl_keyfile=args.ssl_keyfile,
         )
     except KafkaLogError as exc:
-        raise _cli_error(str(exc)) from None
+        raise CliError(str(exc)) from None
 
 
 def settings_of(args: argparse.Namespace) -> KafkaSettings:
@@ -149,7 +150,7 @@ def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         try:
             return func(args)
         except KafkaLogError as exc:
-            raise _cli_error(str(exc)) from None
+            raise CliError(str(exc)) from None
 
     return run
 
@@ -221,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_addr:
         host, sep, port = args.metrics_addr.rpartition(":")
         if not sep or not port.isdigit():
-            raise _cli_error(f"--metrics-addr {args.metrics_addr!r}: expected HOST:PORT")
+            raise CliError(f"--metrics-addr {args.metrics_addr!r}: expected HOST:PORT")
         metrics_host, metrics_port = host or "0.0.0.0", int(port)  # noqa: S104  # asked for
     return run_service(
         ServiceConfig(
@@ -264,19 +265,13 @@ def send_events(settings: KafkaSettings, domain: str, events: Sequence[Event]) -
     return send_intake(settings, domain, [encode_envelope(e) for e in envs])
 
 
-def _cli_error(message: str) -> Exception:
-    from scheduler.cli import CliError  # noqa: PLC0415
-
-    return CliError(message)
-
-
 _PERIOD = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 
 
 def _period_s(text: str) -> float:
     m = _PERIOD.match(text)
     if not m:
-        raise _cli_error(f"--every {text!r}: expected e.g. 500ms, 10s, 1m")
+        raise CliError(f"--every {text!r}: expected e.g. 500ms, 10s, 1m")
     return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
 
 
@@ -308,7 +303,7 @@ def load_jobs(raw: bytes, source: str) -> list[JobSubmitted]:
             data.setdefault("type", "job_submitted")
         return [msgspec.convert(data, JobSubmitted)]
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise _cli_error(f"{source}: {exc}") from exc
+        raise CliError(f"{source}: {exc}") from exc
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -337,7 +332,7 @@ def _apply(args: argparse.Namespace) -> int:
         else:
             events = node_events(load(args.file, ClusterFile))
     except ConfigError as exc:
-        raise _cli_error(str(exc)) from exc
+        raise CliError(str(exc)) from exc
     send_events(settings_of(args), args.domain, events)
     sys.stdout.write(f"sent {len(events)} {args.noun} events to intake\n")
     return 0

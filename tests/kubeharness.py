@@ -270,10 +270,18 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str = "conditio
 
 
 class Proc:
-    """A gpuledger component as a subprocess (so tests can SIGKILL it)."""
+    """A gpuledger component as a subprocess (so tests can SIGKILL it): ``gpuledger kube -v
+    ARGS`` by default, ``gpuledger ARGS`` with ``command=()``."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
-        self.name, self.args, self.log_dir = name, args, log_dir
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        log_dir: Path,
+        *,
+        command: tuple[str, ...] = ("kube", "-v"),
+    ) -> None:
+        self.name, self.args, self.log_dir = name, [*command, *args], log_dir
         self.p: subprocess.Popen[bytes] | None = None
         self.runs = 0
 
@@ -281,7 +289,7 @@ class Proc:
         self.runs += 1
         log = open(self.log_dir / f"{self.name}.{self.runs}.log", "wb")  # noqa: SIM115
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "kube", "-v", *self.args],
+            [sys.executable, "-m", "scheduler.cli", *self.args],
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -289,9 +297,9 @@ class Proc:
         return self
 
     def kill(self) -> None:
-        assert self.p is not None
-        self.p.send_signal(signal.SIGKILL)
-        self.p.wait()
+        if self.p is not None and self.p.poll() is None:
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait()
 
     def stop(self) -> None:
         if self.p is not None and self.p.poll() is None:

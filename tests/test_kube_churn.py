@@ -8,7 +8,6 @@ bound to two live pods, no node with more GPUs bound than it has, and the ledger
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,9 @@ from events.codec import decode_event
 from events.filelog import LedgerDirReader
 from replay.verify import run as replay_run
 from scheduler.kube.client import raw
-from tests.kubeharness import Cluster, gpuledger, make_cluster, wait_until
+from tests.kubeharness import Cluster, gpuledger, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    return make_cluster(tmp_path_factory.mktemp("k8s-churn"))
-
-
-@pytest.fixture
-def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
-    cluster_session.reset()
-    yield cluster_session
-    cluster_session.reset()
 
 
 def ledger(work: Path) -> list[Any]:
@@ -260,8 +247,8 @@ def test_drift_the_ledger_does_not_know_is_reconciled(cluster: Cluster, tmp_path
     in a row, records it (EvictionFailed: the core holds its GPUs again), and the binder
     evicts it, so the cluster and the ledger agree again."""
     from events.codec import wrap
+    from events.localfiles import open_source
     from events.model import PodDeleted
-    from scheduler.embedded import open_source
 
     ns = cluster.namespace("ch-drift")
     cluster.nodes("ch-drift-gpu", 1, gpus=8)

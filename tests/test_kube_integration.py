@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -22,24 +21,11 @@ from tests.kubeharness import (
     Cluster,
     apply_manifest,
     gpuledger,
-    make_cluster,
     wait_established,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    return make_cluster(tmp_path_factory.mktemp("k8s"))
-
-
-@pytest.fixture
-def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
-    cluster_session.reset()
-    yield cluster_session
-    cluster_session.reset()
 
 
 def ledger_events(path: Path) -> list[tuple[int, object]]:

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,24 +58,12 @@ from scheduler.kube.transport import (
     positions_topic,
 )
 from tests.kafkakit import SASL_PASSWORD, SASL_USER, Listeners, kafka, listeners, settings
-from tests.kubeharness import KUBECONFIG, Cluster, Proc, make_cluster, wait_until
+from tests.kubeharness import KUBECONFIG, Cluster, Proc, wait_until
 
 __all__ = ["kafka", "listeners", "settings"]
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    return make_cluster(tmp_path_factory.mktemp("k8s"))
-
-
-@pytest.fixture
-def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
-    cluster_session.reset()
-    yield cluster_session
-    cluster_session.reset()
 
 
 def url(s: KafkaSettings) -> str:

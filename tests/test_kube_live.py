@@ -15,9 +15,6 @@ import collections
 import contextlib
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +29,7 @@ from events.kafkalog import KafkaReader, KafkaSettings
 from replay.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kafkakit import kafka, settings
-from tests.kubeharness import ROOT, Cluster, apply_manifest, make_cluster, wait_established
+from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, wait_established
 from tests.kubeharness import wait_until as wait
 from tests.test_kube_churn import assert_no_double_booking, live_pods
 from tests.test_live_kafka import read_all
@@ -44,65 +41,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CHURN_SECONDS = float(os.environ.get("GPULEDGER_CHURN_SECONDS", "180"))
 
 
-@pytest.fixture(scope="module")
-def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    return make_cluster(tmp_path_factory.mktemp("k8s-live"))
-
-
-@pytest.fixture
-def cluster(cluster_session: Cluster) -> Iterator[Cluster]:
-    cluster_session.reset()
-    yield cluster_session
-    cluster_session.reset()
-
-
-class Process:
-    """One gpuledger process (``python -m scheduler.cli ARGS``) that can be SIGKILLed."""
-
-    def __init__(self, name: str, args: list[str], logs: Path) -> None:
-        self.name, self.args, self.logs = name, args, logs
-        self.p: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-
-    def start(self) -> Process:
-        self.runs += 1
-        log = open(self.logs / f"{self.name}.{self.runs}.log", "wb")  # noqa: SIM115
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", *self.args],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        return self
-
-    def kill(self) -> None:
-        if self.p is not None and self.p.poll() is None:
-            self.p.send_signal(signal.SIGKILL)
-            self.p.wait()
-
-    def stop(self) -> None:
-        if self.p is not None and self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return "\n".join(
-            (self.logs / f"{self.name}.{i}.log").read_text(errors="replace")
-            for i in range(1, self.runs + 1)
-        )
-
-
 @contextlib.contextmanager
-def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[str, Process]]:
+def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[str, Proc]]:
     """The Kafka deployment: ingestor, active and standby scheduler, binder, projector."""
     url = f"kafka://{s.bootstrap}/{s.prefix}"
     sched = ["scheduler", "run", "--bootstrap", s.bootstrap, "--prefix", s.prefix]
     sched += ["--session-timeout-ms", "1500", "-v"]
     procs = {
-        "ingest": Process(
+        "ingest": Proc(
             "ingest",
             [
                 "kube",
@@ -115,18 +61,21 @@ def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[
             ],
             work,
         ),
-        "scheduler-a": Process("scheduler-a", sched, work),
-        "scheduler-b": Process("scheduler-b", sched, work),
-        "bind": Process(
+        "scheduler-a": Proc("scheduler-a", sched, work, command=()),
+        "scheduler-b": Proc("scheduler-b", sched, work, command=()),
+        "bind": Proc(
             "bind",
             [
-                *("kube", "-v", "bind", "--kubeconfig", str(cluster.binder_kubeconfig)),
+                *("bind", "--kubeconfig", str(cluster.binder_kubeconfig)),
                 *("--ledger", url, "--intake", url),
             ],
             work,
         ),
-        "project": Process(
-            "project", ["project", "--follow", url, "--db", str(work / "live.duckdb")], work
+        "project": Proc(
+            "project",
+            ["project", "--follow", url, "--db", str(work / "live.duckdb")],
+            work,
+            command=(),
         ),
     }
     for p in procs.values():

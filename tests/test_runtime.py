@@ -17,6 +17,7 @@ import msgspec
 
 from events.codec import Envelope, decode_event, wrap
 from events.filelog import LedgerDirReader
+from events.localfiles import open_source
 from events.model import (
     JobSubmitted,
     NodeRegistered,
@@ -27,7 +28,7 @@ from events.model import (
     Tick,
 )
 from replay.verify import run as replay_run
-from scheduler.embedded import EmbeddedRunner, open_source
+from scheduler.embedded import EmbeddedRunner
 from scheduler.runtime import Refusal, Runtime, live_policy
 
 

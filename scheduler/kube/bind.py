@@ -46,6 +46,7 @@ from kubernetes.client.exceptions import ApiException
 
 from events.codec import Envelope, UnknownEventType, decode_event, wrap
 from events.filelog import LedgerError
+from events.localfiles import wall_ms
 from events.model import (
     BindFailed,
     CycleCompleted,
@@ -64,7 +65,6 @@ from events.model import (
     PodPlacement,
     PodsAllocated,
 )
-from scheduler.embedded import wall_ms
 from scheduler.kube import mapping as m
 from scheduler.kube.client import emit_event, error_text, is_transient, raw
 from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink

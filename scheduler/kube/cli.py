@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from scheduler.cli import CliError
+from events.clierror import CliError
 from scheduler.live_cli import add_security_arguments
 
 if TYPE_CHECKING:

@@ -52,6 +52,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from events.codec import UnknownEventType, decode_event, wrap
+from events.localfiles import wall_ms
 from events.model import (
     Event,
     JobCancelled,
@@ -68,7 +69,6 @@ from events.model import (
     QueueRemoved,
 )
 from events.port import LedgerReader
-from scheduler.embedded import wall_ms
 from scheduler.kube import mapping as m
 from scheduler.kube.client import Gone, Obj, emit_event, is_transient, raw, watch
 from scheduler.kube.reconcile import Reconciler

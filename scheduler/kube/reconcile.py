@@ -25,8 +25,8 @@ from typing import Any
 from events.codec import DecodeError, decode_event
 from events.model import BindFailed, Event, EvictionFailed, GpuSlot, PodDeleted
 from events.port import LedgerReader
-from scheduler.core import State, apply
-from scheduler.core.state import ACTIVE
+from scheduler.core.apply import apply
+from scheduler.core.state import ACTIVE, State
 from scheduler.kube import mapping as m
 
 log = logging.getLogger(__name__)

@@ -70,7 +70,7 @@ from events.kafkalog import (
     run_sync,
     start_client,
 )
-from scheduler.embedded import open_source, read_json, write_json_atomic
+from events.localfiles import open_source, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
