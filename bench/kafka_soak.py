@@ -67,7 +67,7 @@ from events.model import (
     QueueConfigured,
     tag_of,
 )
-from scheduler.live_cli import read_dead_letters, send_events
+from scheduler.intake import read_dead_letters, send_events
 from scheduler.service import INTAKE_NEXT
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,12 +14,11 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import msgspec
 
 from events.clierror import CliError
-from events.codec import Envelope, encode_envelope, wrap
 from events.kafkalog import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_DOMAIN,
@@ -29,15 +28,9 @@ from events.kafkalog import (
     KafkaLogError,
     KafkaSecurity,
     KafkaSettings,
-    end_offset_of,
-    ensure_topics,
-    new_consumer,
-    new_producer,
-    read_records,
-    run_sync,
-    start_client,
 )
 from events.model import Event, JobSubmitted, Tick
+from scheduler.intake import read_dead_letters, send_events, send_intake
 
 
 def _common(p: argparse.ArgumentParser, *, domain: bool = True) -> None:
@@ -238,33 +231,6 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
-def send_intake(settings: KafkaSettings, domain: str, values: Sequence[bytes]) -> list[int]:
-    """Produce raw values to the domain's intake partition; return their offsets."""
-    partition = settings.partition(domain)
-
-    async def go() -> list[int]:
-        await ensure_topics(settings)
-        producer = new_producer(settings.bootstrap, security=settings.security)
-        await start_client(producer, settings.bootstrap, settings.security)
-        try:
-            futures = [
-                await producer.send(settings.intake, v, key=domain.encode(), partition=partition)
-                for v in values
-            ]
-            return [int((await f).offset) for f in futures]
-        finally:
-            await producer.stop()
-
-    return run_sync(go())
-
-
-def send_events(settings: KafkaSettings, domain: str, events: Sequence[Event]) -> list[int]:
-    """Wrap events stamped with the wall clock and produce them to intake."""
-    now = time.time_ns() // 1_000_000
-    envs: list[Envelope] = [wrap(e, now) for e in events]
-    return send_intake(settings, domain, [encode_envelope(e) for e in envs])
-
-
 _PERIOD = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 
 
@@ -336,29 +302,6 @@ def _apply(args: argparse.Namespace) -> int:
     send_events(settings_of(args), args.domain, events)
     sys.stdout.write(f"sent {len(events)} {args.noun} events to intake\n")
     return 0
-
-
-def read_dead_letters(settings: KafkaSettings, domain: str) -> list[tuple[int, Any]]:
-    """Every dead letter of a domain, with its offset."""
-    from aiokafka import TopicPartition  # noqa: PLC0415
-
-    from scheduler.service import decode_dead_letter  # noqa: PLC0415
-
-    tp = TopicPartition(settings.deadletters, settings.partition(domain))
-
-    async def go() -> list[tuple[int, Any]]:
-        consumer = new_consumer(settings.bootstrap, security=settings.security)
-        await start_client(consumer, settings.bootstrap, settings.security)
-        try:
-            consumer.assign([tp])
-            out = []
-            async for batch in read_records(consumer, tp, 0, await end_offset_of(consumer, tp)):
-                out += [(m.offset, decode_dead_letter(m.value)) for m in batch]
-            return out
-        finally:
-            await consumer.stop()
-
-    return run_sync(go())
 
 
 def _dlq_list(args: argparse.Namespace) -> int:

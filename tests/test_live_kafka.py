@@ -45,7 +45,7 @@ from events.model import (
 )
 from projections.projector import project
 from replay.verify import run as replay
-from scheduler.live_cli import read_dead_letters, send_events, send_intake
+from scheduler.intake import read_dead_letters, send_events, send_intake
 from scheduler.service import FENCED_EXIT, WRITER
 from tests.kafkakit import kafka, settings
 
