@@ -50,15 +50,7 @@ def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[
     procs = {
         "ingest": Proc(
             "ingest",
-            [
-                "kube",
-                "-v",
-                "ingest",
-                "--kubeconfig",
-                str(cluster.ingestor_kubeconfig),
-                "--intake",
-                url,
-            ],
+            ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", url],
             work,
         ),
         "scheduler-a": Proc("scheduler-a", sched, work, command=()),
