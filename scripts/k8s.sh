@@ -6,6 +6,9 @@
 #   scripts/k8s.sh down    stop them and forget the cluster state
 #   scripts/k8s.sh status  exit 0 when the API server answers
 #   scripts/k8s.sh env     print KUBECONFIG=... for `eval`
+#   scripts/k8s.sh kube-scheduler
+#                          build the upstream kube-scheduler of the same version as the API
+#                          server (cached; only `make bench` needs it) and print its path
 #
 # Everything (GOPATH, module and build caches, binaries, certs, etcd data, logs) lives under
 # $GPULEDGER_K8S_CACHE (default ~/.cache/gpuledger/k8s), outside the repo, so a clean clone on
@@ -33,6 +36,7 @@ export CGO_ENABLED=0
 
 ETCD_BIN=$BIN/etcd-$ETCD_VERSION
 APISERVER_BIN=$BIN/kube-apiserver-$K8S_VERSION
+SCHEDULER_BIN=$BIN/kube-scheduler-$K8S_VERSION
 KWOK_BIN=$BIN/kwok-$KWOK_VERSION
 
 log() { printf '[k8s.sh] %s\n' "$*" >&2; }
@@ -55,10 +59,12 @@ build_etcd() {
   mv "$ETCD_BIN.tmp" "$ETCD_BIN"
 }
 
-build_apiserver() {
-  [[ -x $APISERVER_BIN ]] && return 0
-  log "building kube-apiserver $K8S_VERSION (staging modules at $STAGING_VERSION)"
-  local dir; dir=$(wrapper kube-apiserver)
+# Build k8s.io/kubernetes/cmd/$1 at $K8S_VERSION into $2, every staging module replaced by its
+# published version (k8s.io/kubernetes's own go.mod points them at ./staging).
+build_k8s_cmd() { # name output
+  local name=$1 out=$2
+  log "building $name $K8S_VERSION (staging modules at $STAGING_VERSION)"
+  local dir; dir=$(wrapper "$name")
   # Map every staging module named by k8s.io/kubernetes's own go.mod to its published version.
   local gomod
   gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
@@ -76,9 +82,26 @@ build_apiserver() {
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local ldflags="-s -w -X $ver.gitVersion=$K8S_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=$minor"
   ldflags+=" -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z"
-  (cd "$dir" && go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
-     && go build -trimpath -ldflags "$ldflags" -o "$APISERVER_BIN.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$APISERVER_BIN.tmp" "$APISERVER_BIN"
+  (cd "$dir" && go get "k8s.io/kubernetes/cmd/$name@$K8S_VERSION" \
+     && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name")
+  mv "$out.tmp" "$out"
+}
+
+build_apiserver() {
+  [[ -x $APISERVER_BIN ]] && return 0
+  build_k8s_cmd kube-apiserver "$APISERVER_BIN"
+}
+
+# The upstream kube-scheduler, same version as the API server: bench/kube.py's yardstick.
+# Not part of `build`/`up` (the tests do not need it); `make bench` builds it.
+cmd_kube_scheduler() {
+  if [[ ! -x $SCHEDULER_BIN ]]; then
+    mkdir -p "$BIN"
+    local t0=$SECONDS
+    build_k8s_cmd kube-scheduler "$SCHEDULER_BIN" >&2  # stdout is only the path
+    log "kube-scheduler built in $((SECONDS - t0))s"
+  fi
+  echo "$SCHEDULER_BIN"
 }
 
 build_kwok() {
@@ -235,5 +258,6 @@ case ${1:-} in
   down) cmd_down ;;
   status) api_ready ;;
   env) echo "export KUBECONFIG=$KUBECONFIG_FILE" ;;
-  *) echo "usage: $0 build|up|down|status|env" >&2; exit 2 ;;
+  kube-scheduler) cmd_kube_scheduler ;;
+  *) echo "usage: $0 build|up|down|status|env|kube-scheduler" >&2; exit 2 ;;
 esac
