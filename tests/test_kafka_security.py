@@ -343,13 +343,13 @@ def test_bad_flags_fail_before_connecting(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import scheduler.live_cli
+    import scheduler.intake
     import scheduler.service
 
     def no_connection(*args: object, **kwargs: object) -> None:
         raise AssertionError("a connection was tried")
 
-    monkeypatch.setattr(scheduler.live_cli, "run_sync", no_connection)
+    monkeypatch.setattr(scheduler.intake, "run_sync", no_connection)
     monkeypatch.setattr(scheduler.service, "run_service", no_connection)
     job = tmp_path / "job.yaml"
     job.write_text("job: j\nqueue: q\npods: [{name: p}]\n")
