@@ -123,6 +123,9 @@ class Binder:
         failed and not yet followed by the pod's end."""
         self.eviction_retry_s = eviction_retry_s
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self.event_pool = ThreadPoolExecutor(max(workers // 2, 1), thread_name_prefix="event")
+        """Scheduled Events are sent from their own threads: a courtesy to people, they
+        need not hold up the next binding."""
         self.bound = 0
         self.failed = 0
         self.evicted = 0
@@ -131,6 +134,7 @@ class Binder:
     def close(self) -> None:
         """Release the intake writer (lock or producer), the feed and the worker threads."""
         self.pool.shutdown(wait=True)
+        self.event_pool.shutdown(wait=True)
         self.sink.close()
         self.feed.close()
 
@@ -204,7 +208,8 @@ class Binder:
                     return failed("pod is being deleted")
                 raise
             log.info("bound %s/%s to %s (GPU slots %s), job %s", ns, p.pod, p.node, slots, job)
-            emit_event(
+            self.event_pool.submit(
+                emit_event,
                 self.core,
                 (ns, p.pod, ""),
                 "Scheduled",
