@@ -360,7 +360,7 @@ def test_sigkill_at_random_moments_exactly_once(
     s = settings
     rng = random.Random(6)
     cluster(s)
-    svc = start(services, s, tmp_path, "--snapshot-every", "300")
+    svc = start(services, s, tmp_path, "--snapshot-every", "100")
     stop = threading.Event()
     sent: list[int] = []
     loader = threading.Thread(target=_load, args=(s, stop, sent), daemon=True)
@@ -372,7 +372,7 @@ def test_sigkill_at_random_moments_exactly_once(
             svc.kill(signal.SIGKILL)
             svc.proc.wait(10)
             kills += 1
-            svc = start(services, s, tmp_path, "--snapshot-every", "300")
+            svc = start(services, s, tmp_path, "--snapshot-every", "100")
     finally:
         stop.set()
         loader.join(10)
