@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
@@ -57,6 +56,7 @@ from events.kafkalog import (
     read_records,
     start_client,
 )
+from events.localfiles import wall_ms
 from events.model import PodsAllocated, tag_of
 from scheduler.core import State, fair_shares
 from scheduler.runtime import Input, Refusal, Runtime, live_policy
@@ -599,11 +599,6 @@ def run_service(config: ServiceConfig) -> int:
     return asyncio.run(main())
 
 
-def wall_ms() -> int:
-    """Wall-clock milliseconds: adapters stamp inputs with it, never the core."""
-    return math.floor(time.time() * 1000)
-
-
 __all__ = [
     "FENCED_EXIT",
     "INTAKE_NEXT",
@@ -616,5 +611,4 @@ __all__ = [
     "decode_dead_letter",
     "encode_dead_letter",
     "run_service",
-    "wall_ms",
 ]
