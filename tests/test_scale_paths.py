@@ -1,9 +1,9 @@
 """The policy's fast paths at scale give what their plain definitions give.
 
 Issue 8 made the cycle cheap at 4,000 nodes with shortcuts: a closed-form bound per queue
-for reclaim (``_most_taken``), victims pruned against the gang's placement
-(``_needed_victims``), and one release walk for every gang of one pod size
-(``_reserve_sizes``). Each is checked here against the definition it replaces, on states
+for reclaim (``victims.most_taken``), victims pruned against the gang's placement
+(``victims._needed_victims``), and one release walk for every gang of one pod size
+(``backfill.reserve_sizes``). Each is checked here against the definition it replaces, on states
 laid out as the benchmarks lay them out (``bench.cluster.packed``), small.
 """
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bench.cluster import packed, tree
 from events.model import JobPreempted, JobSubmitted, PodsAllocated, PodSpec, QueueConfigured
-from scheduler.core import apply, cycle, policy
+from scheduler.core import State, apply, backfill, cycle, victims
 from scheduler.core.fairshare import Shares
 from scheduler.core.state import Queue, Resources
 
@@ -33,7 +33,7 @@ def _may_take(
     by_fair_share: bool, by_quota: bool,
 ) -> bool:  # fmt: skip
     """Reclaim's rule in its plain form: may ``mine`` (gaining ``need``) take ``taking``
-    GPUs from ``theirs``? (What ``policy._most_taken`` solves for ``taking``.)"""
+    GPUs from ``theirs``? (What ``victims.most_taken`` solves for ``taking``.)"""
     their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
     their_fair = shares.fair[theirs.name][0]
     if by_fair_share and their_alloc > their_fair:
@@ -67,16 +67,17 @@ def test_most_taken_is_where_may_take_stops_holding(
         demand={},
         placed={"theirs": placed},
     )
-    most = policy._most_taken(shares, mine, theirs, need, by_fair_share, by_quota)
+    taker = victims.Reclaimer(mine, need, by_fair_share, by_quota)
+    most = victims.most_taken(shares, taker, mine, theirs)
     amounts = {0, 1, max(most, 0), their_alloc, 10**7}
-    if most < policy.NEVER:
+    if most < victims.NEVER:
         amounts.add(most + 1)
     for taking in sorted(amounts):
         expected = _may_take(shares, mine, theirs, need, taking, by_fair_share, by_quota)
         assert (taking <= most) == expected, (taking, most)
 
 
-def _reclaim_state(nodes: int, gang_pods: int) -> tuple[policy.State, str]:
+def _reclaim_state(nodes: int, gang_pods: int) -> tuple[State, str]:
     queues = [
         msgspec.structs.replace(q, deserved_gpu_percent=14) if q.parent is None else q
         for q in tree()
@@ -99,25 +100,25 @@ def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
     placed = [d for d in decisions if isinstance(d, PodsAllocated) and d.job == flag]
     assert len(placed) == 1 and len(placed[0].placements) == gang_pods
     gang_nodes = {p.node for p in placed[0].placements}
-    victims = [d for d in decisions if isinstance(d, JobPreempted)]
-    assert victims and all(v.preemptor == flag for v in victims)
+    evicted = [d for d in decisions if isinstance(d, JobPreempted)]
+    assert evicted and all(v.preemptor == flag for v in evicted)
     # every victim had a pod under the gang, and every job there was evicted (whole nodes)
-    assert all(set(before[v.job]) & gang_nodes for v in victims)
+    assert all(set(before[v.job]) & gang_nodes for v in evicted)
     under = {job for job, where in before.items() if set(where) & gang_nodes}
-    assert {v.job for v in victims} == under
+    assert {v.job for v in evicted} == under
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_one_walk_reserves_what_a_walk_per_gang_reserves(seed: int) -> None:
     state = packed(60, 1500, 40, "gpuledger", seed=seed)
     cycle(state, state.now + 1000)
-    running = policy.RunningEnds(state)
-    victims = policy.Victims(state)
-    gangs = policy._uniform_gangs(state, 8000)
+    running = backfill.RunningEnds(state)
+    order = victims.Victims(state)
+    gangs = backfill.uniform_gangs(state, 8000)
     assert len(gangs) >= 3  # gangs of 1, 2, 4 and 8 pods wait
-    shared = policy._reserve_sizes(state, 8000, gangs, running)
+    shared = backfill.reserve_sizes(state, 8000, gangs, running)
     for count, job in gangs.items():
-        own = policy._reserve(state, job, running, victims)
+        own = backfill.reservation_for(state, job, running, order)
         got = shared[("size", 8000, count)]
         assert (own is None) == (got is None)
         if own is not None and got is not None:

@@ -6,7 +6,8 @@ depends on hash order; ``tests/test_core_purity.py`` enforces the import side of
 
 from scheduler.core.apply import apply, lost_work, retire_ended
 from scheduler.core.fairshare import Shares, fair_shares
-from scheduler.core.policy import POLICIES, REVISION, cycle, gpus
+from scheduler.core.policy import POLICIES, REVISION, cycle
+from scheduler.core.reasons import gpus
 from scheduler.core.state import (
     PRIORITY_CLASSES,
     Job,

@@ -28,22 +28,24 @@ Emit = Callable[[Event], None]
 
 def fifo(state: State, emit: Emit) -> None:
     """Place pending pods one by one, creation order, least allocated node first."""
-    stmt = Statement(state.nodes, fractional=False, score=spread_score, index=state.free_index())
     failed: list[tuple[int, int, int]] = []
     for _, _, job_id in list(state.pending):
         job = state.jobs[job_id]
         placed: list[PodPlacement] = []
-        for pod in job.pods:
-            if pod.name in job.placements or not _may_fit(pod, failed):
-                continue
-            placement = stmt.place(job.job, pod, None)
-            if placement is None:
-                if not pod.node_selector and not pod.tolerations and len(failed) < 16:
-                    failed.append((effective_gpu_milli(pod, False), pod.cpu_milli, pod.memory_mib))
-                continue
-            placed.append(placement)
+        with Statement(
+            state.nodes, fractional=False, score=spread_score, index=state.free_index()
+        ) as stmt:
+            for pod in job.pods:
+                if pod.name in job.placements or not _may_fit(pod, failed):
+                    continue
+                placement = stmt.place(job.job, pod, None)
+                if placement is None:
+                    if not pod.node_selector and not pod.tolerations and len(failed) < 16:
+                        gpu = effective_gpu_milli(pod, False)
+                        failed.append((gpu, pod.cpu_milli, pod.memory_mib))
+                    continue
+                placed.append(placement)
         if placed:
-            stmt.undo_all()
             emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placed)))
 
 
@@ -76,10 +78,9 @@ def drf(state: State, emit: Emit) -> None:
             return
         queue = min(candidates, key=dominant)
         job = state.jobs[queue.pending[0][2]]
-        stmt = Statement(state.nodes, index=state.free_index())
-        placements = stmt.place_gang(job)
+        with Statement(state.nodes, index=state.free_index()) as stmt:
+            placements = stmt.place_gang(job)
         if placements is None:
             done[queue.name] = None
             continue
-        stmt.undo_all()
         emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))

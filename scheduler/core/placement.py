@@ -2,9 +2,10 @@
 
 A ``Statement`` is how an action tries things: it takes node capacity for pods and gives
 back the capacity of victims, each step recorded, so a gang either places whole or the
-statement rolls back to a checkpoint and leaves no trace. Committing does not mutate state
-itself: it returns the placements and victims, and the caller turns them into decision
-events that ``apply`` folds — the one way state changes.
+statement rolls back to a checkpoint and leaves no trace. A statement never mutates state
+for good: it rolls back entirely when its ``with`` block ends, and the action turns the
+placements and victims it found into decision events that ``apply`` folds — the one way
+state changes.
 """
 
 from __future__ import annotations
@@ -125,6 +126,23 @@ def split_gang(job: Job) -> tuple[list[PodSpec], list[PodSpec]]:
     return required, optional
 
 
+def gang_shape(job: Job, restricted: bool) -> tuple[int, int, bool] | None:
+    """(largest pod's milli-GPUs, gang's milli-GPUs, ``restricted``) of a gang whose fit
+    depends on GPU sizes alone; None for gangs whose fit depends on more (selectors,
+    tolerations, topology, CPU, memory). The gang policy remembers shapes that found no
+    room; ``restricted`` tells a gang kept off reserved nodes from one that is not."""
+    if job.topology_key:
+        return None
+    largest = 0
+    for pod in job.pods:
+        if pod.node_selector or pod.tolerations or pod.cpu_milli or pod.memory_mib:
+            return None
+        if pod.gpu_memory_mib and not pod.gpu_milli:
+            return None
+        largest = max(largest, pod.gpu_milli)
+    return (largest, job.request[0], restricted)
+
+
 def gang_demand(job: Job, fractional: bool) -> list[tuple[int, int]]:
     """(size, required pods of at least that size) over the gang's distinct pod sizes.
 
@@ -239,7 +257,12 @@ class _Step:
 
 @dataclass(slots=True)
 class Statement:
-    """Tentative allocations and evictions over the nodes, with checkpoint and rollback."""
+    """Tentative allocations and evictions over the nodes, with checkpoint and rollback.
+
+    Used as a context manager: every step rolls back when the ``with`` block ends, so an
+    action reads what it found (placements, victims) inside the block and emits the
+    decisions after it; ``apply`` then takes the capacity for real.
+    """
 
     nodes: dict[str, Node]
     fractional: bool = True
@@ -405,9 +428,12 @@ class Statement:
             self.steps.append(_Step(node, job.job, spec, placement.gpus, taken=False))
         self.evicted.append(job.job)
 
-    def undo_all(self) -> None:
-        """Return the nodes to how they were before the statement (used before commit)."""
-        self.rollback((0, 0))
+    def __enter__(self) -> Statement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leave the nodes as they were before the statement, whatever happened in it."""
+        self.rollback()
 
 
 _ORDERED = (binpack_score, spread_score)

@@ -1,0 +1,90 @@
+"""Admission: which queue goes next, and whether its job may start under limits and quota.
+
+``queue_order`` ranks the leaf queues (KAI-Scheduler's order); ``admission_reason`` says
+why a job may not start now however much room there is: a queue's limit (the one limit
+check, ``over_limit``, also serves the never-fits rule) or, for non-preemptible work,
+its deserved quota.
+"""
+
+from __future__ import annotations
+
+from scheduler.core.fairshare import Shares
+from scheduler.core.reasons import UNITS, amount, gpus
+from scheduler.core.running import NEVER
+from scheduler.core.state import UNLIMITED, Job, Queue, State
+
+
+def queue_order(
+    queue: Queue, shares: Shares, jobs: dict[str, Job]
+) -> tuple[int, int, int, int, int, str]:
+    """KAI's queue order: head within deserved, within fair share, priority, dominant
+    share, age. Judging by the head job's request (not the queue's allocation alone)
+    keeps a queue from borrowing beyond its quota in a cycle where another queue, still
+    within its own, would then have to reclaim it back."""
+    allocated = queue.allocated
+    deserved = shares.deserved[queue.name]
+    fair = shares.fair[queue.name]
+    need = jobs[queue.pending[0][2]].request[0] if queue.pending else 0
+    below_deserved = 0 if allocated[0] + need <= deserved[0] else 1
+    below_fair = 0 if allocated[0] + need <= fair[0] else 1
+    dominant = 0
+    for index in range(3):
+        if allocated[index]:
+            share = allocated[index] * 1_000_000 // fair[index] if fair[index] > 0 else NEVER
+            dominant = max(dominant, share)
+    head_seq = queue.pending[0][1] if queue.pending else NEVER
+    return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
+
+
+def _limits(queue: Queue) -> tuple[int, int, int]:
+    """The queue's limit per resource (GPUs in milli, millicores, MiB)."""
+    return (queue.limit.gpu_milli, queue.limit.cpu_milli, queue.limit.memory_mib)
+
+
+def _bounded(limit: int) -> bool:
+    return limit != UNLIMITED and limit >= 0
+
+
+def limited(state: State, leaf: str) -> bool:
+    """Whether the leaf or an ancestor has a limit (else ``admission_reason`` can refuse
+    only non-preemptible jobs)."""
+    return any(_bounded(limit) for q in state.ancestors(leaf) for limit in _limits(q))
+
+
+def over_limit(
+    state: State, leaf: str, request: tuple[int, int, int], *, in_use: bool
+) -> tuple[Queue, int, int] | None:
+    """The first limit, from the leaf up, that ``request`` exceeds: (queue, resource
+    index, limit), or None. With ``in_use`` the request comes on top of what each queue
+    holds now; without, it is judged alone (can it ever fit under the limit?)."""
+    for q in state.ancestors(leaf):
+        for resource, limit in enumerate(_limits(q)):
+            held = q.allocated[resource] if in_use else 0
+            if _bounded(limit) and held + request[resource] > limit:
+                return q, resource, limit
+    return None
+
+
+def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
+    """Why the job may not start now whatever the room (None: it may)."""
+    hit = over_limit(state, queue.name, job.request, in_use=True)
+    if hit is not None:
+        q, resource, limit = hit
+        return (
+            f"queue '{q.name}' is at its limit: {amount(resource, q.allocated[resource])} of "
+            f"{amount(resource, limit)} {UNITS[resource]} in use, "
+            f"job needs {amount(resource, job.request[resource])}"
+        )
+    if not job.preemptible:
+        # Only non-preemptible work counts against the quota here: preemptible jobs of
+        # the same queue can be preempted to make room.
+        gpu = job.request[0]
+        for q in state.ancestors(queue.name):
+            deserved = shares.deserved[q.name][0]
+            if q.allocated_np + gpu > deserved:
+                return (
+                    f"non-preemptible job waits for deserved quota of '{q.name}': "
+                    f"{gpus(q.allocated_np)} of {gpus(deserved)} GPUs held by "
+                    f"non-preemptible jobs, job needs {gpus(gpu)}"
+                )
+    return None

@@ -1,0 +1,186 @@
+"""Allocate: the gang policy's main action, queue by queue in KAI-Scheduler's order.
+
+Each queue's next eligible job is admitted (``admission``), placed all-or-nothing in a
+statement, and if it is the queue's head and does not fit, room is made (``victims``:
+backfill, reclaim, preempt; then ``consolidation``). A head that still cannot start
+blocks its queue: with backfill it reserves nodes (``backfill``) and the jobs behind it
+may use the gap; without, the queue waits behind it for the cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from events.model import PodPlacement, PodsAllocated
+from scheduler.core.admission import admission_reason, limited, queue_order
+from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
+from scheduler.core.consolidation import consolidate
+from scheduler.core.fairshare import fair_shares
+from scheduler.core.placement import Statement, binpack_score, gang_shape, spread_score
+from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
+from scheduler.core.running import held_gpu
+from scheduler.core.session import Emit, Session
+from scheduler.core.state import Job, Node, Queue, State
+from scheduler.core.victims import Victims, make_room, preemption
+
+FAILED_SHAPES = 32
+"""Most gang shapes remembered as failed per cycle (``Session.failed``)."""
+
+
+def allocate(state: State, emit: Emit) -> None:
+    """Start what can start, queue by queue, until every queue is done for the cycle."""
+    leaves = [q for q in state.leaf_queues() if q.pending]
+    s = Session(
+        state,
+        emit,
+        fair_shares(state),
+        Victims(state),
+        RunningEnds(state),
+        leaves,
+        {q.name: limited(state, q.name) for q in leaves},
+    )
+    while (queue := _next_queue(s)) is not None:
+        index = s.cursor.get(queue.name, 0)
+        job = state.jobs[queue.pending[index][2]]
+        if job.backoff_until > state.now:
+            note_reason(job, backoff_reason(job), emit)
+            s.cursor[queue.name] = index + 1
+            continue
+        head = queue.name not in s.blocked
+        reason = (
+            admission_reason(state, queue, job, s.shares)
+            if s.limited[queue.name] or not job.preemptible
+            else None
+        )
+        if reason is None and _try_job(s, queue, job, head=head):
+            _placed(s, job)
+            continue  # the job left pending; the same index is now the next job
+        s.cursor[queue.name] = index + 1
+        if head:
+            _blocked(s, queue, job, reason)
+        else:
+            missed(s, queue)  # behind a blocked head only plain placements into the gap
+
+
+def _next_queue(s: Session) -> Queue | None:
+    """The first queue in order that still has a job to try (None: the cycle is done).
+
+    Order keys change only when allocations change, so the ranking is redone after each
+    placement; in between queues only drop out.
+    """
+    if not s.ranked:
+        jobs = s.state.jobs
+        s.ranked = sorted(
+            (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
+        )
+        s.at = 0
+    ranked = s.ranked
+    while s.at < len(ranked) and (
+        ranked[s.at].name in s.done
+        or s.cursor.get(ranked[s.at].name, 0) >= len(ranked[s.at].pending)
+    ):
+        s.at += 1
+    return ranked[s.at] if s.at < len(ranked) else None
+
+
+def _placed(s: Session, job: Job) -> None:
+    """Count the job's GPUs as placed this cycle up its queue's chain, and drop what the
+    placement made stale: the queue order and the reservations planned by shape."""
+    held = held_gpu(job)
+    for q in s.state.ancestors(job.queue):
+        s.shares.placed[q.name] = s.shares.placed.get(q.name, 0) + held
+    s.ranked = []
+    s.planned.clear()
+
+
+def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
+    """The queue's head could not start: it blocks the queue, and says why it waits."""
+    if not s.state.config.backfill:
+        s.done[queue.name] = None  # first in, first out: the queue waits behind it
+        note_reason(job, reason or capacity_reason(s.state, job), s.emit)
+        return
+    s.blocked[queue.name] = None
+    if reason is not None:
+        note_reason(job, reason, s.emit)  # held back by a limit or quota: reserves nothing
+        return
+    reserve(s, job)
+
+
+def _score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+    strategy = job.placement or queue.placement or state.config.placement
+    return spread_score if strategy == "spread" else binpack_score
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What starting a job takes: its placements, the victims evicted for it (with the
+    rule), and the jobs moved to defragment (with where they go)."""
+
+    placements: list[PodPlacement]
+    evicted: list[tuple[Job, str]] = field(default_factory=list)
+    moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
+
+
+def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> bool:
+    """Place one admitted job; a queue's head may also make room. The caller records why
+    a job waits (one reason per cycle: a capacity wait, or the reservation made for it).
+    """
+    state = s.state
+    allowed = blocked_nodes(state, job, s.reservations)
+    shape = gang_shape(job, allowed is not None)
+    if shape is not None and any(
+        shape[0] >= f[0] and shape[1] >= f[1] and shape[2] == f[2] for f in s.failed
+    ):
+        return False  # a gang no larger failed already: free capacity only shrank since
+    plan: _Plan | None = None
+    with Statement(
+        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+    ) as stmt:
+        placements = stmt.place_gang(job, skip=allowed)
+        if placements is not None:
+            plan = _Plan(placements)
+        else:
+            if shape is not None and len(s.failed) < FAILED_SHAPES:
+                s.failed.append(shape)
+            if head:
+                plan = _make_room(s, queue, job, stmt, allowed)
+    if plan is None:
+        return False
+    _commit(s, job, plan)
+    return True
+
+
+def _make_room(
+    s: Session, queue: Queue, job: Job, stmt: Statement, allowed: dict[str, None] | None
+) -> _Plan | None:
+    """Room for a queue's head: by the victim rules, else (where pods can be re-run, not
+    live) by consolidation."""
+    placements, evicted = make_room(s, queue, job, stmt, allowed)
+    if placements is not None:
+        return _Plan(placements, evicted)
+    config = s.state.config
+    if not (config.consolidation and config.requeue_lost):
+        return None
+    placements, moves = consolidate(s.state, job, stmt, allowed, s.victims)
+    if placements is None:
+        return None
+    return _Plan(placements, [(moved, "consolidation") for moved, _ in moves], moves)
+
+
+def _commit(s: Session, job: Job, plan: _Plan) -> None:
+    """Emit the plan's decisions: evictions, moves, then the job's placement."""
+    if plan.evicted:
+        s.failed.clear()  # evictions free capacity: what failed before may fit now
+    for victim, rule in plan.evicted:
+        s.emit(preemption(victim, s.state.now, job, rule))
+    for moved, where in plan.moves:
+        s.emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
+    s.emit(
+        PodsAllocated(
+            job=job.job,
+            queue=job.queue,
+            placements=tuple(plan.placements),
+            backfill_for=backfill_for(s.reservations, plan.placements),
+        )
+    )

@@ -1,0 +1,317 @@
+"""Backfill with reservations (EASY backfill).
+
+A queue's head that cannot start even by making room reserves the nodes it will get at
+the earliest time it can, as running jobs end (``reserve``); behind it only placements
+into the gap are tried (``BACKFILL_TRIES``), and a later job may use reserved nodes only
+if it ends before the reservation starts or is preemptible (``blocked_nodes``): it then
+gives way when the reservation starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from events.model import PodPlacement
+from scheduler.core.placement import Statement, gang_shape
+from scheduler.core.reasons import capacity_reason, note_reason, reservation_reason
+from scheduler.core.running import NEVER
+from scheduler.core.session import wake
+from scheduler.core.state import ACTIVE, FreeIndex, Job, Node, Queue, State
+from scheduler.core.victims import Victims, backfilled_under
+
+if TYPE_CHECKING:
+    from scheduler.core.session import Session
+
+
+BACKFILL_TRIES = 64
+"""Failed backfill attempts per queue and cycle before the queue stops looking further
+(as Slurm's bf_max_job_test): keeps a cycle bounded with thousands of pending jobs."""
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on."""
+
+    job: str
+    start: int
+    nodes: dict[str, None]
+
+
+@dataclass(slots=True)
+class RunningEnds:
+    """Expected ends of the running jobs, for reservations: read from the state's running
+    index, which ``apply`` keeps current (jobs placed earlier in the cycle are in it, jobs
+    evicted are not). Two orders: every job, and only the jobs holding GPUs — releasing a
+    CPU-only pod changes nothing for a gang that asks only for GPUs, and need not be
+    walked past."""
+
+    state: State
+
+    def ordered(self, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
+        """(expected end, seq, job) of the active jobs (holding GPUs, if ``gpus_only``),
+        soonest first; lazy."""
+        return self.state.running_index().ends(self.state, gpus_only)
+
+
+def missed(s: Session, queue: Queue) -> None:
+    """A job behind the queue's blocked head found no room in the gap: after
+    ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
+    s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
+    if s.misses[queue.name] >= BACKFILL_TRIES:
+        s.done[queue.name] = None
+
+
+def blocked_nodes(
+    state: State, job: Job, reservations: list[Reservation]
+) -> dict[str, None] | None:
+    """Nodes the job must keep off so as not to delay a reservation (None: none).
+
+    A job that ends before a reservation starts, or is preemptible (it will give way when
+    the reservation starts), may use its nodes; any other job keeps off them.
+    """
+    if not reservations or job.preemptible:
+        return None
+    blocked: dict[str, None] = {}
+    runtime = job.expected_runtime_ms
+    for r in reservations:
+        ends_in_time = runtime is not None and r.start != NEVER and state.now + runtime <= r.start
+        if not ends_in_time:
+            blocked.update(r.nodes)
+    return blocked or None
+
+
+def backfill_for(reservations: list[Reservation], placements: list[PodPlacement]) -> str:
+    """The job whose reservation the placements run in (its gap), if any: they give way
+    to it when it starts."""
+    for r in reservations:
+        if any(p.node in r.nodes for p in placements):
+            return r.job
+    return ""
+
+
+def reserve(s: Session, job: Job) -> None:
+    """Reserve nodes for a blocked head and record why it waits."""
+    state = s.state
+    reservation = _planned(s, job)
+    if reservation is None:
+        note_reason(job, capacity_reason(state, job), s.emit)
+        return
+    s.reservations.append(reservation)
+    note_reason(job, reservation_reason(state, len(reservation.nodes), reservation.start), s.emit)
+
+
+def _planned(s: Session, job: Job) -> Reservation | None:
+    """The job's reservation, reused from ``s.planned`` for a gang of a shape planned
+    already (plain gangs of one pod size are all planned in one walk)."""
+    state = s.state
+    shape = _reservation_shape(job, s.victims)
+    size = _uniform_size(job) if shape is not None else None
+    if size is not None and ("size", size, len(job.pods)) not in s.planned:
+        # One walk through the running jobs serves every gang of this pod size.
+        s.planned.update(reserve_sizes(state, size, uniform_gangs(state, size), s.running))
+    key = ("size", size, len(job.pods)) if size is not None else shape
+    if key is None or key not in s.planned:
+        reservation = reservation_for(state, job, s.running, s.victims)
+        if key is not None:
+            s.planned[key] = reservation
+        return reservation
+    planned = s.planned[key]
+    if planned is None:
+        return None
+    if state.now < planned.start < NEVER:
+        wake(state, planned.start)
+    return Reservation(job.job, planned.start, planned.nodes)
+
+
+def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:
+    """What ``reservation_for`` depends on of a plain, unplaced gang that nothing was
+    backfilled under (None for any other job: its reservation is worked out on its own)."""
+    if job.placements or gang_shape(job, False) is None or victims.under_of(job.job):
+        return None
+    return (
+        tuple((p.gpu_milli, p.group) for p in job.pods),
+        job.min_members,
+        tuple(sorted(job.min_per_group.items())),
+    )
+
+
+def _uniform_size(job: Job) -> int | None:
+    """The pod size of a plain gang (see ``_reservation_shape``) whose pods are all alike
+    and all required, or None."""
+    size = job.pods[0].gpu_milli
+    if size <= 0 or job.min_per_group or job.min_members not in (0, len(job.pods)):
+        return None
+    if any(p.gpu_milli != size or p.group for p in job.pods):
+        return None
+    return size
+
+
+def uniform_gangs(state: State, size: int) -> dict[int, Job]:
+    """A pending plain gang of ``size``-milli-GPU pods for each gang size waiting."""
+    found: dict[int, Job] = {}
+    jobs = state.jobs
+    for leaf in state.leaf_queues():
+        for _, _, job_id in leaf.pending:
+            job = jobs[job_id]
+            count = len(job.pods)
+            if (
+                count not in found
+                and not job.placements
+                and gang_shape(job, False)
+                and _uniform_size(job) == size
+            ):
+                found[count] = job
+    return found
+
+
+def reserve_sizes(
+    state: State, size: int, gangs: dict[int, Job], running: RunningEnds
+) -> dict[tuple[object, ...], Reservation | None]:
+    """``reservation_for`` gangs of ``size``-milli-GPU pods, every gang size in one walk.
+
+    Placement is greedy pod by pod, so where a gang of n such pods fits, its first m < n
+    pods land exactly where a gang of m would: a smaller gang fits at least as early and
+    on those very nodes. The running jobs are released once, in the order
+    ``reservation_for`` uses; at each release the smallest gangs not yet placed are tried
+    while they fit, from the point where the same cheap bounds ``reservation_for`` uses
+    would let them be tried. The results are what ``reservation_for`` gives each gang
+    (with no job backfilled under it).
+    """
+    index = state.free_index()
+    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    bound = index.slots_at_most(size)
+    counts = sorted(gangs)
+    found: dict[tuple[object, ...], Reservation | None] = {
+        ("size", size, count): None for count in counts
+    }
+    jobs = state.jobs
+    nodes = state.nodes
+    waiting = 0  # counts[waiting] is the smallest gang not placed yet
+    with Statement(state.nodes, index=index) as stmt:
+        for end, _, job_id in running.ordered(True):
+            other = jobs[job_id]
+            if other.status not in ACTIVE:
+                continue
+            before: dict[str, int] = {}
+            for placement in other.live():
+                node = nodes.get(placement.node)
+                if node is not None:
+                    before.setdefault(node.name, node.free_gpu_milli)
+                free += sum(slot.milli for slot in placement.gpus)
+            stmt.evict(other)
+            for name, was in before.items():
+                bound += nodes[name].free_gpu_milli // size - was // size
+            while waiting < len(counts):
+                count = counts[waiting]
+                if free < count * size or bound < count:
+                    break
+                point = stmt.checkpoint()
+                placed = stmt.place_gang(gangs[count])
+                if placed is None:
+                    break
+                stmt.rollback(point)
+                found[("size", size, count)] = Reservation("", end, {p.node: None for p in placed})
+                waiting += 1
+            if waiting == len(counts):
+                break
+    return found
+
+
+@dataclass(slots=True)
+class _Bounds:
+    """Cheap necessary conditions for a gang to fit as running jobs are released: GPUs
+    free in total and, for a gang of one pod size, how many such pods the nodes could
+    hold. Released jobs are only booked per node (``book``) until both say the gang could
+    fit; then they are evicted in the statement and a placement tried (``reset``)."""
+
+    index: FreeIndex
+    nodes: dict[str, Node]
+    pod_size: int
+    free: int
+    slots: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def book(self, job: Job) -> None:
+        for placement in job.live():
+            milli = sum(slot.milli for slot in placement.gpus)
+            self.free += milli
+            if self.pod_size > 0:
+                base = self.nodes[placement.node].free_gpu_milli
+                before = self.extra.get(placement.node, 0)
+                self.extra[placement.node] = before + milli
+                size = self.pod_size
+                self.slots += (base + before + milli) // size - (base + before) // size
+
+    def reset(self) -> None:
+        self.extra = {}
+        if self.pod_size > 0:
+            self.slots = self.index.slots_at_most(self.pod_size)
+
+    def may_fit(self, need: int, pods: int) -> bool:
+        return self.free >= need and (self.pod_size <= 0 or self.slots >= pods)
+
+
+def reservation_for(
+    state: State, job: Job, running: RunningEnds, victims: Victims
+) -> Reservation | None:
+    """EASY backfill: where and when the job could start as running jobs end.
+
+    Running jobs are released in order of expected end (those without an expected runtime
+    last, as if never); the first time the gang fits on what is then free is the
+    reservation's start, and the nodes it would get are held. Jobs backfilled under this
+    very reservation give way when it starts, so their nodes count as free from the
+    outset, or every backfill would push the reservation later.
+    """
+    index = state.free_index()
+    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    given_way: dict[str, None] = {}
+    with Statement(state.nodes, index=index) as stmt:
+        for other in backfilled_under(job, victims):
+            stmt.evict(other)
+            free += victims.held_gpu(other)
+            given_way[other.job] = None
+        sizes = {p.gpu_milli for p in job.pods}
+        pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
+        bounds = _Bounds(index, state.nodes, pod_size, free)
+        bounds.reset()
+        reservation = _first_fit(state, stmt, job, running, given_way, bounds)
+    if reservation is not None and state.now < reservation.start < NEVER:
+        # Due later: a cycle then. Due now (held by overrunning jobs): their ends are
+        # events, so waking every cycle until then would only repeat this one.
+        wake(state, reservation.start)
+    return reservation
+
+
+def _first_fit(
+    state: State,
+    stmt: Statement,
+    job: Job,
+    running: RunningEnds,
+    given_way: dict[str, None],
+    bounds: _Bounds,
+) -> Reservation | None:
+    """Release the running jobs (but those in ``given_way``) soonest end first, until
+    the gang places: the reservation, or None if it never does."""
+    need = job.request[0]
+    pods = len(job.pods) if not job.min_members else job.min_members
+    gpus_only = not any(p.cpu_milli or p.memory_mib for p in job.pods)
+    booked: list[Job] = []
+    jobs = state.jobs
+    for end, _, job_id in running.ordered(gpus_only):
+        other = jobs[job_id]
+        if other.status not in ACTIVE or job_id in given_way:
+            continue  # evicted earlier in this cycle, or already counted as free
+        booked.append(other)
+        bounds.book(other)
+        if not bounds.may_fit(need, pods):
+            continue  # no placement can succeed yet: too few GPUs, or no arrangement
+        for booked_job in booked:
+            stmt.evict(booked_job)
+        booked = []
+        bounds.reset()
+        placed = stmt.place_gang(job)
+        if placed is not None:
+            return Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
+    return None

@@ -1,0 +1,73 @@
+"""The gang policy's working data for one cycle, handed to each of its actions.
+
+A cycle of the gang policy runs its actions (``scheduler.core.policy``) over one
+``Session``: what they decided so far (reservations made, queues done with), where each
+queue's walk stands, and what they learnt that later attempts reuse (gang shapes that
+found no room, reservations by shape). It lives for one cycle and is never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from events.model import Event
+from scheduler.core.fairshare import Shares
+from scheduler.core.running import NEVER
+from scheduler.core.state import Queue, State
+
+if TYPE_CHECKING:
+    from scheduler.core.backfill import Reservation, RunningEnds
+    from scheduler.core.victims import Victims
+
+__all__ = ["NEVER", "Emit", "Session", "wake"]
+
+Emit = Callable[[Event], None]
+"""Record a decision: appended to the cycle's decisions and applied to the state at once."""
+
+Shape = tuple[int, int, bool]
+"""(largest pod's milli-GPUs, gang's milli-GPUs, kept off reserved nodes): see
+``placement.gang_shape``."""
+
+
+@dataclass(slots=True)
+class Session:
+    """One cycle of the gang policy: its inputs, its decisions so far, its memos."""
+
+    state: State
+    emit: Emit
+    shares: Shares
+    victims: Victims
+    running: RunningEnds
+    leaves: list[Queue]
+    """The leaf queues with pending jobs when the cycle began."""
+    limited: dict[str, bool]
+    """Per leaf in ``leaves``: whether it or an ancestor has a limit (``admission.limited``)."""
+    reservations: list[Reservation] = field(default_factory=list)
+    """Nodes held for blocked queue heads, in the order they were made (backfill)."""
+    planned: dict[tuple[object, ...], Reservation | None] = field(default_factory=dict)
+    """Reservations of plain gangs by shape: the same shape on the same nodes reserves the
+    same nodes at the same time, until a placement changes the nodes (then cleared)."""
+    failed: list[Shape] = field(default_factory=list)
+    """Gang shapes that found no room: free capacity only shrinks between evictions, so a
+    gang at least as large in every way fails too (cleared when victims are evicted)."""
+    ranked: list[Queue] = field(default_factory=list)
+    """The queues in order (``admission.queue_order``); emptied when a placement changes
+    the order keys, and ranked again."""
+    at: int = 0
+    """Position in ``ranked`` of the next queue to try."""
+    cursor: dict[str, int] = field(default_factory=dict)
+    """Per queue, the index in its pending list of the next job to try."""
+    blocked: dict[str, None] = field(default_factory=dict)
+    """Queues whose head could not start: behind it only backfill into the gap is tried."""
+    misses: dict[str, int] = field(default_factory=dict)
+    """Per blocked queue, failed backfill attempts (``backfill.BACKFILL_TRIES``)."""
+    done: dict[str, None] = field(default_factory=dict)
+    """Queues with nothing more to try this cycle."""
+
+
+def wake(state: State, at: int) -> None:
+    """Ask for a cycle at ``at`` (a time-based rule falls due then)."""
+    if state.wakeup is None or at < state.wakeup:
+        state.wakeup = at

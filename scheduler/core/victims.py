@@ -1,0 +1,449 @@
+"""Victims: making room for a queue's head by evicting running jobs.
+
+``make_room`` tries the rules of ``RULES`` in order, each a named strategy with the
+victims it may take, cheapest first (least lost work): **backfill** (jobs backfilled
+under the head's own reservation give way), **reclaim** (from other queues above their
+fair share or quota, ``reclaim_candidates``) and **preempt** (lower-priority jobs of the
+same queue). A rule evicts the fewest victims that let the gang start, and only if it
+then starts: never in vain. ``protected`` is the one min-runtime check every rule and
+consolidation apply.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
+from scheduler.core.apply import lost_work
+from scheduler.core.fairshare import Shares
+from scheduler.core.placement import Statement, gang_demand, may_fit
+from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu
+from scheduler.core.state import ACTIVE, Job, Node, Queue, State
+
+if TYPE_CHECKING:
+    from scheduler.core.session import Session
+
+
+@dataclass(slots=True)
+class Victims:
+    """Running preemptible jobs in victim order (least lost work first), per leaf queue,
+    read from the state's running index (``scheduler.core.running``).
+
+    Within a cycle ``now`` is fixed, so a job's order key is too; jobs placed in the cycle
+    are in the index but never victims in it (they are protected), and jobs evicted in it
+    have left it.
+    """
+
+    state: State
+    held: dict[str, int] = field(default_factory=dict)
+
+    def streams(self, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
+        """The leaf's victims as sorted streams, each with the GPUs every job in it holds
+        (None: they differ)."""
+        return self.state.running_index().victims(self.state, leaf)
+
+    def of(self, leaves: Iterable[str]) -> Iterator[VictimItem]:
+        """The victims of these leaf queues, cheapest first across them: (key..., job,
+        GPUs held)."""
+        return self.state.running_index().victim_order(self.state, leaves)
+
+    def under_of(self, job_id: str) -> list[Job]:
+        """Jobs backfilled under ``job_id``'s reservation, in victim order."""
+        return self.state.running_index().backfilled_under(self.state, job_id)
+
+    def spots(self, job: Job) -> tuple[tuple[str, int], ...]:
+        """(node, milli-GPUs) of each of the job's pods holding GPUs now."""
+        found = self.state.running_index().spots.get(job.job)
+        return gpu_spots(job) if found is None else found
+
+    def held_gpu(self, job: Job) -> int:
+        """Milli-GPUs the job holds now."""
+        held = self.held.get(job.job)
+        if held is None:
+            held = self.held[job.job] = held_gpu(job)
+        return held
+
+
+# --------------------------------------------------------------------------- protection
+
+
+def min_runtime(state: State, queue: str, rule: str) -> int:
+    """The queue's minimum runtime before ``rule`` may take its jobs (0: none)."""
+    q = state.queues.get(queue)
+    if q is None:
+        return 0
+    return q.reclaim_min_runtime_ms if rule == "reclaim" else q.preempt_min_runtime_ms
+
+
+def protected(victim: Job, now: int, floor: int) -> bool:
+    """Whether ``victim`` keeps running: it started less than ``floor`` ms ago (the
+    min-runtime protection; a job allocated but not started yet counts as starting now),
+    or it was placed in this very cycle (taking it back would only be churn)."""
+    began = victim.started_at
+    if began is None:
+        return victim.allocated_at == now or floor > 0
+    return floor > 0 and now - began < floor
+
+
+def may_take(state: State, victim: Job, rule: str) -> bool:
+    """An active victim that ``rule`` may evict now."""
+    if victim.status not in ACTIVE:
+        return False
+    return not protected(victim, state.now, min_runtime(state, victim.queue, rule))
+
+
+def preemption(victim: Job, now: int, preemptor: Job | None, rule: str) -> JobPreempted:
+    """The decision evicting ``victim`` under ``rule``, with the work it loses."""
+    lost, kept = lost_work(victim, now)
+    return JobPreempted(
+        job=victim.job,
+        queue=victim.queue,
+        pods=tuple(p.pod for p in victim.live()),
+        preemptor=preemptor.job if preemptor is not None else "",
+        preemptor_queue=preemptor.queue if preemptor is not None else "",
+        rule=rule,
+        lost_gpu_ms=lost,
+        checkpointed_ms=kept,
+    )
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def backfilled_under(job: Job, victims: Victims) -> list[Job]:
+    """Jobs backfilled into this job's reservation gap: they give way to it."""
+    return [v for v in victims.under_of(job.job) if v.status in ACTIVE]
+
+
+def preempt_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
+    """Preemptible jobs of the same queue with strictly lower priority."""
+    return [
+        item[4]
+        for item in s.victims.of((queue.name,))
+        if item[4].priority < job.priority and may_take(s.state, item[4], "preempt")
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimer:
+    """The queue reclaiming for a job of ``need`` milli-GPUs, and by which strategies:
+    fair-share reclaim (it stays within its fair share) and quota reclaim (within its
+    deserved quota)."""
+
+    queue: Queue
+    need: int
+    by_fair_share: bool
+    by_quota: bool
+
+
+def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
+    """Victims in other queues that reclaim may take from, cheapest first.
+
+    Two strategies, as KAI-Scheduler's: **fair-share reclaim** — the reclaiming queue stays
+    within its fair share, and each victim queue is above its fair share and keeps a
+    saturation (allocated / fair share) at least the reclaimer's after the move, so the
+    queues' order is preserved; **quota reclaim** — the reclaiming queue stays within its
+    deserved quota and takes only from queues above their deserved quota. Both checks hold
+    at the leaves and again where the two queues' branches meet (the siblings below their
+    lowest common ancestor), so a subtree is not drained below its own share.
+    """
+    shares = s.shares
+    need = job.request[0]
+    taker = Reclaimer(
+        queue,
+        need,
+        by_fair_share=queue.allocated[0] + need <= shares.fair[queue.name][0],
+        by_quota=queue.allocated[0] + need <= shares.deserved[queue.name][0],
+    )
+    if not (taker.by_fair_share or taker.by_quota):
+        return []
+    # Per giver leaf, the levels checked ((queue taken from, most it may give) at the leaf
+    # and where the branches meet), solved for the amount taken once per queue.
+    levels_of: dict[str, list[tuple[str, int]]] = {}
+    for leaf in _givers(s.state, shares, taker):
+        pairs = [(queue, s.state.queues[leaf])]
+        branches = _lowest_common_children(s.state, queue.name, leaf)
+        if branches is not None and branches[0] is not queue:
+            pairs.append(branches)
+        levels_of[leaf] = [
+            (theirs.name, most_taken(shares, taker, mine, theirs)) for mine, theirs in pairs
+        ]
+    if not levels_of:
+        return []
+    return _take_in_order(s, levels_of)
+
+
+def _givers(state: State, shares: Shares, taker: Reclaimer) -> list[str]:
+    """The other active leaves above their fair share or quota (as the taker's strategies
+    ask): a leaf above neither can give nothing, the leaf-level check refusing each of its
+    jobs anyway."""
+    givers: list[str] = []
+    for other in state.leaf_queues():
+        if other.name == taker.queue.name or not other.active:
+            continue
+        held = other.allocated[0] - shares.placed.get(other.name, 0)
+        over_fair = taker.by_fair_share and held > shares.fair[other.name][0]
+        over_quota = taker.by_quota and held > shares.deserved[other.name][0]
+        if over_fair or over_quota:
+            givers.append(other.name)
+    return givers
+
+
+_Stream = tuple[VictimItem, int, Iterator[VictimItem], list[tuple[str, int]], int]
+"""A giver's victim stream in the merge: (its next victim, GPUs each of its jobs holds or
+-1, the rest of it, the giver's levels, the giver's reclaim min-runtime)."""
+
+
+def _take_in_order(s: Session, levels_of: dict[str, list[tuple[str, int]]]) -> list[Job]:
+    """The givers' victims in order, merged from their streams, each taken while every
+    level it counts against still has room for it. A stream whose jobs all hold more GPUs
+    than their queue may still give is dropped: budgets only shrink, so none of its jobs
+    could be taken any more (reading on would refuse each of them)."""
+    state = s.state
+    taken = {name: 0 for levels in levels_of.values() for name, _ in levels}
+    heap: list[_Stream] = []
+    for leaf, levels in levels_of.items():
+        floor = min_runtime(state, leaf, "reclaim")
+        for same, stream in s.victims.streams(leaf):
+            first = next(stream, None)
+            if first is not None:
+                heap.append((first, -1 if same is None else same, stream, levels, floor))
+    heapq.heapify(heap)
+    allowed: list[Job] = []
+    now = state.now
+    while heap:
+        item, same, stream, levels, floor = heap[0]
+        victim, held = item[4], item[5]
+        if (
+            victim.status in ACTIVE
+            and not protected(victim, now, floor)
+            and _within(levels, taken, held)
+        ):
+            for name, _ in levels:
+                taken[name] += held
+            allowed.append(victim)
+        following = next(stream, None)
+        if following is not None and same >= 0 and not _within(levels, taken, same):
+            following = None  # budgets only shrink: the stream has nothing more
+        _advance(heap, following)
+    return allowed
+
+
+def _within(levels: list[tuple[str, int]], taken: dict[str, int], held: int) -> bool:
+    """Whether every level may still give ``held`` more."""
+    return all(taken[name] + held <= most for name, most in levels)
+
+
+def _advance(heap: list[_Stream], following: VictimItem | None) -> None:
+    """Move the top stream on to its ``following`` victim (None: drop it)."""
+    if following is None:
+        heapq.heappop(heap)
+        return
+    _, same, stream, levels, floor = heap[0]
+    if (len(heap) < 2 or following < heap[1][0]) and (len(heap) < 3 or following < heap[2][0]):
+        heap[0] = (following, same, stream, levels, floor)  # still the smallest
+    else:
+        heapq.heapreplace(heap, (following, same, stream, levels, floor))
+
+
+def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue] | None:
+    """The two queues just below the lowest common ancestor of ``a`` and ``b``."""
+    chain_a = list(reversed(state.ancestors(a)))
+    chain_b = list(reversed(state.ancestors(b)))
+    for qa, qb in zip(chain_a, chain_b, strict=False):
+        if qa.name != qb.name:
+            return qa, qb
+    return None
+
+
+def most_taken(shares: Shares, taker: Reclaimer, mine: Queue, theirs: Queue) -> int:
+    """The most GPUs ``mine`` (gaining the taker's need) may take from ``theirs`` in one
+    cycle (-1: none, NEVER: no bound). Quota reclaim takes from a queue above its deserved
+    quota; fair-share reclaim from a queue above its fair share, as long as its saturation
+    after the move stays at least the taker's: (theirs - taken) / their fair share >=
+    (mine + need) / my fair share (``tests/test_scale_paths.py`` holds the plain form of
+    it). ``mine`` is the taker's leaf, or its side of where the branches meet."""
+    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
+    if taker.by_quota and their_alloc > shares.deserved[theirs.name][0]:
+        return NEVER
+    their_fair = shares.fair[theirs.name][0]
+    if taker.by_fair_share and their_alloc > their_fair:
+        # (their_alloc - taken) * mine_fair >= (mine + need) * their_fair, for integers
+        after_mine = mine.allocated[0] + taker.need
+        mine_fair = max(shares.fair[mine.name][0], 1)
+        floor = -(-(after_mine * max(their_fair, 1)) // mine_fair)
+        return their_alloc - floor
+    return -1
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A way to make room: its name (``job_preempted.rule``), whether the policy's knobs
+    allow it, and the victims it may take for a queue's job, cheapest first."""
+
+    name: str
+    enabled: Callable[[PolicyConfigured], bool]
+    candidates: Callable[[Session, Queue, Job], list[Job]]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("backfill", lambda _config: True, lambda s, _queue, job: backfilled_under(job, s.victims)),
+    Rule("reclaim", lambda config: config.reclaim, reclaim_candidates),
+    Rule("preempt", lambda config: config.preempt, preempt_candidates),
+)
+"""The rules in the order they are tried: the first that lets the gang start wins."""
+
+
+# --------------------------------------------------------------------------- making room
+
+
+@dataclass(slots=True)
+class _Room:
+    """Making room for one gang in a statement: what it needs and what is free now."""
+
+    state: State
+    victims: Victims
+    stmt: Statement
+    job: Job
+    allowed: dict[str, None] | None
+    demand: list[tuple[int, int]]
+    free: int
+    """Milli-GPUs free now on the schedulable nodes."""
+
+    def could_fit(self, candidates: list[Job]) -> bool:
+        """Could the gang fit at all were every candidate evicted? The victims' GPUs are
+        only booked per node (no statement steps), then the bounds of ``may_fit`` applied:
+        a rule whose every candidate together cannot make room is not tried victim by
+        victim."""
+        extra: dict[str, int] = {}
+        free = self.free
+        indexed = self.state.running_index().spots
+        for victim in candidates:
+            spots = indexed.get(victim.job)
+            for name, milli in self.victims.spots(victim) if spots is None else spots:
+                extra[name] = extra.get(name, 0) + milli
+                free += milli
+        if free < self.job.request[0]:
+            return False
+        if self.stmt.index is None:
+            return True
+        nodes = self.state.nodes
+        for size, count in self.demand:
+            slots = self.stmt.index.slots_at_most(size)
+            for name, milli in extra.items():
+                node = nodes.get(name)
+                if node is not None:
+                    base = node.free_gpu_milli
+                    slots += (base + milli) // size - base // size
+            if slots < count:
+                return False
+        return True
+
+    def evict_until_fits(
+        self, candidates: list[Job]
+    ) -> tuple[list[PodPlacement], list[Job]] | None:
+        """Evict candidates in order until the gang places: its placements and the victims
+        evicted (left so in the statement), or None with the statement as it was."""
+        stmt = self.stmt
+        point = stmt.checkpoint()
+        need = self.job.request[0]
+        free = self.free
+        wait = 0  # victims to evict before the next placement attempt (doubles on failure)
+        step = 1
+        for count, victim in enumerate(candidates, 1):
+            stmt.evict(victim)
+            free += self.victims.held_gpu(victim)
+            if free < need or (stmt.index is not None and not may_fit(stmt.index, self.demand)):
+                continue  # cheap necessary conditions before a full gang placement
+            if wait > 0:
+                wait -= 1
+                continue
+            placements = stmt.place_gang(self.job, skip=self.allowed)
+            if placements is not None:
+                return placements, candidates[:count]
+            # A gang that fits the counts but not yet the nodes is tried again after
+            # 1, 2, 4, ... more victims: extra victims are dropped below, attempts are not.
+            wait, step = step, step * 2
+        if wait > 0:
+            placements = stmt.place_gang(self.job, skip=self.allowed)  # every one evicted
+            if placements is not None:
+                return placements, candidates
+        stmt.rollback(point)  # never evict for a gang that still would not fit
+        return None
+
+
+def make_room(
+    s: Session, queue: Queue, job: Job, stmt: Statement, allowed: dict[str, None] | None
+) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
+    """Evict the fewest, cheapest victims that let the gang start; never in vain. Returns
+    the gang's placements (made in ``stmt``) and the victims with the rule taking each."""
+    state = s.state
+    room = _Room(
+        state,
+        s.victims,
+        stmt,
+        job,
+        allowed,
+        gang_demand(job, stmt.fractional),
+        sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
+    )
+    for rule in RULES:
+        if not rule.enabled(state.config):
+            continue
+        candidates = rule.candidates(s, queue, job)
+        if not candidates or not room.could_fit(candidates):
+            continue  # even with every candidate evicted the gang could not fit
+        found = room.evict_until_fits(candidates)
+        if found is not None:
+            placements, chosen = found
+            kept = _needed_victims(state, chosen, placements)
+            return placements, [(v, rule.name) for v in kept]
+    return None, []
+
+
+def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlacement]) -> list[Job]:
+    """Never more victims than the placement needs.
+
+    Called with every chosen victim evicted and the gang placed. Victims are given back
+    their resources, dearest first, whenever the placement still fits beside them (on
+    the very devices and nodes it uses), so those kept are each needed by it: victims with
+    nothing under the gang's nodes always go back.
+    """
+    nodes = state.nodes
+    free: dict[str, list[int]] = {}  # the gang's nodes, in placement order
+    for p in placements:
+        node = nodes[p.node]
+        free.setdefault(p.node, [*node.free_devices, node.free_cpu, node.free_memory])
+    kept: list[Job] = []
+    for victim in reversed(chosen):
+        specs = {p.name: p for p in victim.pods}
+        under = [(p, specs[p.pod]) for p in victim.live() if p.node in free]
+        _shift(free, under, -1)  # tentatively back on its nodes
+        if any(_overcommitted(nodes[p.node], free[p.node]) for p, _ in under):
+            _shift(free, under, 1)
+            kept.append(victim)
+    kept.reverse()
+    return kept
+
+
+def _shift(free: dict[str, list[int]], pods: list[tuple[PodPlacement, PodSpec]], sign: int) -> None:
+    """Add (``sign`` 1) or take (-1) the pods' devices, CPU and memory to ``free``: per node,
+    its devices' free milli-GPUs followed by free millicores and free MiB."""
+    for placement, spec in pods:
+        row = free[placement.node]
+        for slot in placement.gpus:
+            row[slot.device] += sign * slot.milli
+        row[-2] += sign * spec.cpu_milli
+        row[-1] += sign * spec.memory_mib
+
+
+def _overcommitted(node: Node, row: list[int]) -> bool:
+    """A device, or the node's CPU or memory where it has a capacity, below zero."""
+    return (
+        min(row[:-2], default=0) < 0
+        or (node.cpu_milli > 0 and row[-2] < 0)
+        or (node.memory_mib > 0 and row[-1] < 0)
+    )
