@@ -8,10 +8,10 @@ its deserved quota.
 
 from __future__ import annotations
 
-from scheduler.core.fairshare import Shares
+from scheduler.core.fairshare import RESOURCES, Shares, bounded, limit_of
 from scheduler.core.reasons import UNITS, amount, gpus
 from scheduler.core.running import NEVER
-from scheduler.core.state import UNLIMITED, Job, Queue, State
+from scheduler.core.state import Job, Queue, State
 
 
 def queue_order(
@@ -36,19 +36,14 @@ def queue_order(
     return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
 
 
-def _limits(queue: Queue) -> tuple[int, int, int]:
-    """The queue's limit per resource (GPUs in milli, millicores, MiB)."""
-    return (queue.limit.gpu_milli, queue.limit.cpu_milli, queue.limit.memory_mib)
-
-
-def _bounded(limit: int) -> bool:
-    return limit != UNLIMITED and limit >= 0
-
-
 def limited(state: State, leaf: str) -> bool:
     """Whether the leaf or an ancestor has a limit (else ``admission_reason`` can refuse
     only non-preemptible jobs)."""
-    return any(_bounded(limit) for q in state.ancestors(leaf) for limit in _limits(q))
+    return any(
+        bounded(limit_of(q, resource))
+        for q in state.ancestors(leaf)
+        for resource in range(RESOURCES)
+    )
 
 
 def over_limit(
@@ -58,9 +53,10 @@ def over_limit(
     index, limit), or None. With ``in_use`` the request comes on top of what each queue
     holds now; without, it is judged alone (can it ever fit under the limit?)."""
     for q in state.ancestors(leaf):
-        for resource, limit in enumerate(_limits(q)):
+        for resource in range(RESOURCES):
+            limit = limit_of(q, resource)
             held = q.allocated[resource] if in_use else 0
-            if _bounded(limit) and held + request[resource] > limit:
+            if bounded(limit) and held + request[resource] > limit:
                 return q, resource, limit
     return None
 

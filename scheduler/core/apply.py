@@ -14,6 +14,8 @@ cancel, bind failure or preemption), so forgetting the rest changes no decision.
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Callable
+from typing import Any
 
 from events.model import (
     MAX_NODE_GPUS,
@@ -31,7 +33,6 @@ from events.model import (
     NodeCordoned,
     NodeRegistered,
     NodeRemoved,
-    PodBound,
     PodDeleted,
     PodEvicted,
     PodFinished,
@@ -42,7 +43,6 @@ from events.model import (
     PolicyConfigured,
     QueueConfigured,
     QueueRemoved,
-    Tick,
 )
 from scheduler.core.placement import give_back, give_slots, take, take_slots
 from scheduler.core.state import (
@@ -58,11 +58,14 @@ from scheduler.core.state import (
     UNSCHEDULABLE,
     HeldPod,
     Job,
+    Node,
     Queue,
     State,
     ended_code,
     node_from_capacity,
     priority_of,
+    required,
+    wake,
 )
 
 
@@ -73,129 +76,159 @@ def apply(state: State, event: Event, at: int) -> State:
         # or importing samples could change the time stamped on later decisions.
         return state
     state.now = max(state.now, at)
-    match event:
-        case JobSubmitted():
-            _job_submitted(state, event, at)
-        case PodStarted(job=job_id, pod=pod):
-            job = state.jobs.get(job_id)
-            if job is not None and pod in job.placements and pod not in job.started:
-                job.started[pod] = at
-                if job.status == ALLOCATED and len(job.started) >= _required(job):
-                    job.status = RUNNING
-                    job.started_at = at
-                    _reindex(state, job)
-        case PodFinished(job=job_id, pod=pod, succeeded=ok):
-            _pod_finished(state, job_id, pod, ok, at)
-        case PodsAllocated(job=job_id, placements=placements, backfill_for=backfill_for):
-            job = state.jobs.get(job_id)
-            if job is not None and job.status not in TERMINAL:
-                _allocate(state, job, placements, at)
-                job.backfill_for = backfill_for
-                _reindex(state, job)
-        case JobPreempted(job=job_id, checkpointed_ms=kept):
-            job = state.jobs.get(job_id)
-            if job is not None and job.status in ACTIVE:
-                _release(state, job)
-                job.checkpointed_ms += kept
-                job.preemptions += 1
-                if state.config.requeue_lost:
-                    _requeue(state, job)
-                else:
-                    # Live: eviction deletes the pods; they cannot be bound again, so the
-                    # job ends (a controller re-creating them makes a new submission).
-                    job.status = FAILED
-                    job.reason = f"preempted by {event.preemptor or 'the scheduler'}"
-                    _retire(state, job)
-        case JobUnschedulable(job=job_id, reason=reason, final=final):
-            job = state.jobs.get(job_id)
-            if job is not None and job.status == PENDING:
-                job.reason = reason
-                if final:
-                    state.remove_pending(job)
-                    job.status = UNSCHEDULABLE
-                    _retire(state, job)
-        case JobCancelled(job=job_id):
-            job = state.jobs.get(job_id)
-            if job is not None and job.status not in TERMINAL:
-                if job.status == PENDING:
-                    state.remove_pending(job)
-                _release(state, job)
-                job.status = CANCELLED
-                _retire(state, job)
-        case BindFailed(job=job_id, pod=pod, bound_node=bound_node) if bound_node:
-            # The pod is bound already and can never be bound again: the allocation is
-            # not retried; the job ends, its other pods evicted (``JobTerminated``).
-            job = state.jobs.get(job_id)
-            if job is not None and job.status in ACTIVE and pod in job.placements:
-                _lose_pod(state, job, pod, f"pod {pod} is bound to node {bound_node} already")
-                if job.job in state.jobs and job.status in ACTIVE:
-                    state.broken.setdefault(job.job, f"pod {pod} is bound to {bound_node}")
-        case BindFailed(job=job_id):
-            # All-or-nothing: a gang with a pod that failed to bind goes back whole, and
-            # backs off so a bind that keeps failing does not win the same GPUs every cycle.
-            job = state.jobs.get(job_id)
-            if job is not None and job.status in ACTIVE:
-                _release(state, job)
-                _requeue(state, job)
-                job.bind_failures += 1
-                base = state.config.bind_backoff_ms
-                if base > 0:
-                    delay = min(
-                        base << min(job.bind_failures - 1, 30), state.config.bind_backoff_max_ms
-                    )
-                    job.backoff_until = at + delay
-                    _wake(state, job.backoff_until)
-        case NodeRegistered() if event.gpus <= MAX_NODE_GPUS:
-            # (More devices than that would exhaust memory; intake refuses such a node.)
-            state.free_index_cache = None  # rebuilt on next use with the new node set
-            _node_registered(state, event)
-            state.topology += 1
-        case PodDeleted(job=job_id, pod=pod, reason=reason):
-            _pod_deleted(state, job_id, pod, reason or "deleted")
-        case JobTerminated(job=job_id, reason=reason):
-            _terminate(state, job_id, reason)
-        case PodEvicted(job=job_id, pod=pod):
-            _unhold(state, job_id, pod)
-        case EvictionFailed():
-            _hold_unevicted(state, event)
-        case NodeRemoved(node=name):
-            _node_removed(state, name)
-            state.free_index_cache = None
-            state.topology += 1
-        case NodeCordoned(node=name, cordoned=cordoned):
-            node = state.nodes.get(name)
-            if node is not None:
-                node.cordoned = cordoned
-                state.dirty = True
-                state.topology += 1
-        case QueueConfigured():
-            _queue_configured(state, event)
-            state.running_cache = None  # which queues are leaves may have changed
-            state.wanted_cache = None
-        case QueueRemoved(queue=name):
-            _queue_removed(state, name)
-            state.running_cache = None
-            state.wanted_cache = None
-        case PolicyConfigured(policy=policy):
-            state.policy = policy
-            state.config = event
-            state.dirty = True
-        case CycleCompleted():
-            # The cycle this record closes took the fresh jobs in and left nothing to do.
-            # ``cycle`` relies on this as much as a fold that applies recorded decisions
-            # instead of re-running cycles (``state --at``, the projector's share fold),
-            # which would otherwise hold every job id ever submitted in ``fresh``.
-            state.fresh.clear()
-            state.dirty = False
-        case Tick() | PodBound():
-            pass
-        case _:
-            pass
+    fold = _FOLDS.get(type(event))
+    if fold is not None:  # (``tick``, ``pod_bound`` and the like change nothing else)
+        fold(state, event, at)
     return state
 
 
-def _required(job: Job) -> int:
-    return job.min_members or len(job.pods)
+def _on_pod_started(state: State, event: PodStarted, at: int) -> None:
+    job = state.jobs.get(event.job)
+    pod = event.pod
+    if job is not None and pod in job.placements and pod not in job.started:
+        job.started[pod] = at
+        if job.status == ALLOCATED and len(job.started) >= required(job):
+            job.status = RUNNING
+            job.started_at = at
+            _reindex(state, job)
+
+
+def _on_pod_finished(state: State, event: PodFinished, at: int) -> None:
+    _pod_finished(state, event.job, event.pod, event.succeeded, at)
+
+
+def _on_pods_allocated(state: State, event: PodsAllocated, at: int) -> None:
+    job = state.jobs.get(event.job)
+    if job is not None and job.status not in TERMINAL:
+        _allocate(state, job, event.placements, at)
+        job.backfill_for = event.backfill_for
+        _reindex(state, job)
+
+
+def _on_job_preempted(state: State, event: JobPreempted, _at: int) -> None:
+    job = state.jobs.get(event.job)
+    if job is not None and job.status in ACTIVE:
+        _release(state, job)
+        job.checkpointed_ms += event.checkpointed_ms
+        job.preemptions += 1
+        if state.config.requeue_lost:
+            _requeue(state, job)
+        else:
+            # Live: eviction deletes the pods; they cannot be bound again, so the
+            # job ends (a controller re-creating them makes a new submission).
+            job.status = FAILED
+            job.reason = f"preempted by {event.preemptor or 'the scheduler'}"
+            _retire(state, job)
+
+
+def _on_job_unschedulable(state: State, event: JobUnschedulable, _at: int) -> None:
+    job = state.jobs.get(event.job)
+    if job is not None and job.status == PENDING:
+        job.reason = event.reason
+        if event.final:
+            state.remove_pending(job)
+            job.status = UNSCHEDULABLE
+            _retire(state, job)
+
+
+def _on_job_cancelled(state: State, event: JobCancelled, _at: int) -> None:
+    job = state.jobs.get(event.job)
+    if job is not None and job.status not in TERMINAL:
+        if job.status == PENDING:
+            state.remove_pending(job)
+        _release(state, job)
+        job.status = CANCELLED
+        _retire(state, job)
+
+
+def _on_bind_failed(state: State, event: BindFailed, at: int) -> None:
+    job = state.jobs.get(event.job)
+    if job is None or job.status not in ACTIVE:
+        return
+    pod, bound_node = event.pod, event.bound_node
+    if bound_node:
+        # The pod is bound already and can never be bound again: the allocation is
+        # not retried; the job ends, its other pods evicted (``JobTerminated``).
+        if pod in job.placements:
+            _lose_pod(state, job, pod, f"pod {pod} is bound to node {bound_node} already")
+            if job.job in state.jobs and job.status in ACTIVE:
+                state.broken.setdefault(job.job, f"pod {pod} is bound to {bound_node}")
+        return
+    # All-or-nothing: a gang with a pod that failed to bind goes back whole, and
+    # backs off so a bind that keeps failing does not win the same GPUs every cycle.
+    _release(state, job)
+    _requeue(state, job)
+    job.bind_failures += 1
+    base = state.config.bind_backoff_ms
+    if base > 0:
+        delay = min(base << min(job.bind_failures - 1, 30), state.config.bind_backoff_max_ms)
+        job.backoff_until = at + delay
+        wake(state, job.backoff_until)
+
+
+def _on_node_registered(state: State, event: NodeRegistered, _at: int) -> None:
+    if event.gpus > MAX_NODE_GPUS:
+        return  # more devices than that would exhaust memory; intake refuses such a node
+    state.free_index_cache = None  # rebuilt on next use with the new node set
+    _node_registered(state, event)
+    state.topology += 1
+
+
+def _on_pod_deleted(state: State, event: PodDeleted, _at: int) -> None:
+    _pod_deleted(state, event.job, event.pod, event.reason or "deleted")
+
+
+def _on_job_terminated(state: State, event: JobTerminated, _at: int) -> None:
+    _terminate(state, event.job, event.reason)
+
+
+def _on_pod_evicted(state: State, event: PodEvicted, _at: int) -> None:
+    _unhold(state, event.job, event.pod)
+
+
+def _on_eviction_failed(state: State, event: EvictionFailed, _at: int) -> None:
+    _hold_unevicted(state, event)
+
+
+def _on_node_removed(state: State, event: NodeRemoved, _at: int) -> None:
+    _node_removed(state, event.node)
+    state.free_index_cache = None
+    state.topology += 1
+
+
+def _on_node_cordoned(state: State, event: NodeCordoned, _at: int) -> None:
+    node = state.nodes.get(event.node)
+    if node is not None:
+        node.cordoned = event.cordoned
+        state.dirty = True
+        state.topology += 1
+
+
+def _on_queue_configured(state: State, event: QueueConfigured, _at: int) -> None:
+    _queue_configured(state, event)
+    state.running_cache = None  # which queues are leaves may have changed
+    state.wanted_cache = None
+
+
+def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
+    _queue_removed(state, event.queue)
+    state.running_cache = None
+    state.wanted_cache = None
+
+
+def _on_policy_configured(state: State, event: PolicyConfigured, _at: int) -> None:
+    state.policy = event.policy
+    state.config = event
+    state.dirty = True
+
+
+def _on_cycle_completed(state: State, _event: CycleCompleted, _at: int) -> None:
+    # The cycle this record closes took the fresh jobs in and left nothing to do.
+    # ``cycle`` relies on this as much as a fold that applies recorded decisions
+    # instead of re-running cycles (``state --at``, the projector's share fold),
+    # which would otherwise hold every job id ever submitted in ``fresh``.
+    state.fresh.clear()
+    state.dirty = False
 
 
 def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
@@ -233,12 +266,6 @@ def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
     state.dirty = True
 
 
-def _wake(state: State, at: int) -> None:
-    """Ask for a cycle at ``at`` (a time-based rule becomes due then)."""
-    if state.wakeup is None or at < state.wakeup:
-        state.wakeup = at
-
-
 def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: int) -> None:
     specs = {p.name: p for p in job.pods}
     chain = state.ancestors(job.queue)
@@ -257,8 +284,8 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: 
             if not job.preemptible:
                 queue.allocated_np += gpu
     # Without gangs (fifo) a job counts as allocated only once every pod is placed.
-    required = len(job.pods) if state.policy == "fifo" else _required(job)
-    if job.status == PENDING and len(job.placements) >= required:
+    needed = len(job.pods) if state.policy == "fifo" else required(job)
+    if job.status == PENDING and len(job.placements) >= needed:
         state.remove_pending(job)
         job.status = ALLOCATED
         job.allocated_at = at
@@ -292,7 +319,7 @@ def _release(state: State, job: Job, *, hold: bool = False) -> None:
             state.held.setdefault(job.job, {})[spec.name] = HeldPod(
                 placement.node, placement.gpus, spec.cpu_milli, spec.memory_mib
             )
-            _release_pod(state, job, spec, placement, chain, on_node=False)
+            _uncount(job, spec, placement, chain)
         else:
             _release_pod(state, job, spec, placement, chain)
     job.placements = {}
@@ -318,17 +345,17 @@ def _reindex(state: State, job: Job) -> None:
 
 
 def _release_pod(
-    state: State,
-    job: Job,
-    spec: PodSpec,
-    placement: PodPlacement,
-    chain: list[Queue],
-    *,
-    on_node: bool = True,
+    state: State, job: Job, spec: PodSpec, placement: PodPlacement, chain: list[Queue]
 ) -> None:
-    node = state.nodes.get(placement.node) if on_node else None
+    """Give the pod's resources back to its node and take them off the queues' counts."""
+    node = state.nodes.get(placement.node)
     if node is not None and node.pods.get(spec.name) == job.job:
         give_back(node, spec, placement.gpus, state.free_index_cache)
+    _uncount(job, spec, placement, chain)
+
+
+def _uncount(job: Job, spec: PodSpec, placement: PodPlacement, chain: list[Queue]) -> None:
+    """Take the pod's resources off the counts of its queue and every ancestor."""
     gpu = sum(slot.milli for slot in placement.gpus)
     for queue in chain:
         _add(queue, -gpu, -spec.cpu_milli, -spec.memory_mib)
@@ -352,12 +379,12 @@ def _pod_finished(state: State, job_id: str, pod: str, ok: bool, at: int) -> Non
     job.finished[pod] = ok
     state.dirty = True
     live = len(job.placements) - len(job.finished)
-    if job.status == RUNNING and 0 < live < _required(job) and job.stale_since is None:
+    if job.status == RUNNING and 0 < live < required(job) and job.stale_since is None:
         # A member ended while the rest still run: the gang can no longer make progress.
         job.stale_since = at
         state.stale[job.job] = None
         if state.config.stale_gang_eviction:
-            _wake(state, at + state.config.stale_gang_grace_ms)
+            wake(state, at + state.config.stale_gang_grace_ms)
     if len(job.finished) == len(job.placements):
         job.stale_since = None
         state.stale.pop(job.job, None)
@@ -442,6 +469,17 @@ def _node_removed(state: State, name: str) -> None:
     # The jobs with pods on a vanished node lose them; a gang cannot run short, so the
     # whole job goes back to pending (its lost work is not a preemption by the policy).
     # Held pods vanish with their node.
+    _drop_held_on(state, name)
+    if state.config.requeue_lost:
+        _requeue_from(state, node)
+    else:
+        _lose_pods_on(state, node)
+    del state.nodes[name]
+    state.dirty = True
+
+
+def _drop_held_on(state: State, name: str) -> None:
+    """Forget the held pods on node ``name``."""
     for job_id in [
         j for j, pods in state.held.items() if any(h.node == name for h in pods.values())
     ]:
@@ -450,22 +488,24 @@ def _node_removed(state: State, name: str) -> None:
             del pods[pod]
         if not pods:
             del state.held[job_id]
-    if not state.config.requeue_lost:
-        # Live: the pods on the node are lost; the jobs keep what they hold elsewhere and a
-        # gang left below its minimum is ended by the next cycle (``JobTerminated``).
-        for pod_name, job_id in list(node.pods.items()):
-            job = state.jobs.get(job_id)
-            if job is None:
-                continue
-            if job.status in ACTIVE:
-                _lose_pod(state, job, pod_name, f"node {name} was removed")
-            elif job.status == PENDING:
-                _release(state, job)
-        del state.nodes[name]
-        state.dirty = True
-        return
-    victims = list(dict.fromkeys(node.pods.values()))
-    for job_id in victims:
+
+
+def _lose_pods_on(state: State, node: Node) -> None:
+    """Live: the pods on the node are lost; the jobs keep what they hold elsewhere and a
+    gang left below its minimum is ended by the next cycle (``JobTerminated``)."""
+    for pod_name, job_id in list(node.pods.items()):
+        job = state.jobs.get(job_id)
+        if job is None:
+            continue
+        if job.status in ACTIVE:
+            _lose_pod(state, job, pod_name, f"node {node.name} was removed")
+        elif job.status == PENDING:
+            _release(state, job)
+
+
+def _requeue_from(state: State, node: Node) -> None:
+    """Simulated (``requeue_lost``): every job with a pod on the node goes back whole."""
+    for job_id in list(dict.fromkeys(node.pods.values())):
         job = state.jobs.get(job_id)
         if job is None:
             continue
@@ -474,8 +514,6 @@ def _node_removed(state: State, name: str) -> None:
             _requeue(state, job)
         elif job.status == PENDING:
             _release(state, job)  # a half-placed pod under fifo simply waits again
-    del state.nodes[name]
-    state.dirty = True
 
 
 def _lose_pod(state: State, job: Job, pod: str, why: str) -> None:
@@ -492,9 +530,9 @@ def _lose_pod(state: State, job: Job, pod: str, why: str) -> None:
     job.finished[pod] = False
     state.dirty = True
     live = len(job.placements) - len(job.finished)
-    required = _required(job)
-    if live < required:
-        gang = f"gang below its minimum ({live} of {required}): " if required > 1 else ""
+    needed = required(job)
+    if live < needed:
+        gang = f"gang below its minimum ({live} of {needed}): " if needed > 1 else ""
         state.broken.setdefault(job.job, gang + why)
     _reindex(state, job)
 
@@ -596,15 +634,7 @@ def _queue_configured(state: State, event: QueueConfigured) -> None:
         placement=event.placement,
     )
     if old is not None:
-        queue.children = old.children
-        queue.allocated = old.allocated
-        queue.allocated_np = old.allocated_np
-        queue.pending = old.pending
-        queue.active = old.active  # a quota edit does not forget what the queue runs
-        if old.parent != event.parent and old.parent in state.queues:
-            siblings = state.queues[old.parent].children
-            if event.queue in siblings:
-                siblings.remove(event.queue)
+        _carry_over(state, old, queue)
     state.queues[event.queue] = queue
     if event.parent in state.queues:
         siblings = state.queues[event.parent].children
@@ -622,6 +652,20 @@ def _queue_configured(state: State, event: QueueConfigured) -> None:
             if job.queue == event.queue and job.status == PENDING:
                 insort(queue.pending, job.pending_key)
     state.dirty = True
+
+
+def _carry_over(state: State, old: Queue, queue: Queue) -> None:
+    """A queue configured again keeps what it runs and waits for (a quota edit does not
+    forget it), and leaves its old parent if it moved."""
+    queue.children = old.children
+    queue.allocated = old.allocated
+    queue.allocated_np = old.allocated_np
+    queue.pending = old.pending
+    queue.active = old.active
+    if old.parent != queue.parent and old.parent in state.queues:
+        siblings = state.queues[old.parent].children
+        if queue.name in siblings:
+            siblings.remove(queue.name)
 
 
 def _queue_removed(state: State, name: str) -> None:
@@ -652,3 +696,28 @@ def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, in
     if gpu_milli is None:
         gpu_milli = sum(slot.milli for p in job.live() for slot in p.gpus)
     return ((ran - kept) * gpu_milli // MILLI, kept)
+
+
+_FOLDS: dict[type[Event], Callable[[State, Any, int], None]] = {
+    JobSubmitted: _job_submitted,
+    PodStarted: _on_pod_started,
+    PodFinished: _on_pod_finished,
+    PodsAllocated: _on_pods_allocated,
+    JobPreempted: _on_job_preempted,
+    JobUnschedulable: _on_job_unschedulable,
+    JobCancelled: _on_job_cancelled,
+    BindFailed: _on_bind_failed,
+    NodeRegistered: _on_node_registered,
+    PodDeleted: _on_pod_deleted,
+    JobTerminated: _on_job_terminated,
+    PodEvicted: _on_pod_evicted,
+    EvictionFailed: _on_eviction_failed,
+    NodeRemoved: _on_node_removed,
+    NodeCordoned: _on_node_cordoned,
+    QueueConfigured: _on_queue_configured,
+    QueueRemoved: _on_queue_removed,
+    PolicyConfigured: _on_policy_configured,
+    CycleCompleted: _on_cycle_completed,
+}
+"""How each kind of event folds into the state; kinds not here (``tick``, ``pod_bound``,
+``job_rejected``) change nothing but ``now``."""

@@ -17,8 +17,7 @@ from events.model import PodPlacement
 from scheduler.core.placement import Statement, gang_shape
 from scheduler.core.reasons import capacity_reason, note_reason, reservation_reason
 from scheduler.core.running import NEVER
-from scheduler.core.session import wake
-from scheduler.core.state import ACTIVE, FreeIndex, Job, Node, Queue, State
+from scheduler.core.state import ACTIVE, FreeIndex, Job, Node, Queue, State, wake
 from scheduler.core.victims import Victims, backfilled_under
 
 if TYPE_CHECKING:

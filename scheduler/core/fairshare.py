@@ -77,6 +77,11 @@ def limit_of(queue: Queue, resource: int) -> int:
     return (queue.limit.gpu_milli, queue.limit.cpu_milli, queue.limit.memory_mib)[resource]
 
 
+def bounded(limit: int) -> bool:
+    """Whether a limit (``limit_of``) is set: UNLIMITED and negative values are not."""
+    return limit != UNLIMITED and limit >= 0
+
+
 @dataclass(slots=True)
 class Shares:
     """The division of one cycle: per queue, ``[gpu_milli, cpu_milli, memory_mib]``."""
@@ -98,49 +103,55 @@ def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Sha
     deserved: dict[str, list[int]] = {name: [0, 0, 0] for name in state.queues}
     top = roots(state)
     for resource in range(RESOURCES):
-        _divide(state, top, total[resource], total[resource], resource, demand, shares, deserved)
+        division = _Division(state, resource, demand, shares, deserved)
+        _divide(division, top, total[resource], total[resource])
     return Shares(fair=shares, deserved=deserved, demand=demand)
 
 
-def _divide(
-    state: State,
-    children: list[Queue],
-    amount: int,
-    parent_deserved: int,
-    resource: int,
-    demand: dict[str, list[int]],
-    shares: dict[str, list[int]],
-    deserved: dict[str, list[int]],
-) -> None:
+@dataclass(slots=True)
+class _Division:
+    """One resource's division down the queue tree, written into ``shares`` and
+    ``deserved`` (per queue, by resource index)."""
+
+    state: State
+    resource: int
+    demand: dict[str, list[int]]
+    shares: dict[str, list[int]]
+    deserved: dict[str, list[int]]
+
+    def children(self, queue: Queue) -> list[Queue]:
+        return [self.state.queues[c] for c in queue.children if c in self.state.queues]
+
+
+def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved: int) -> None:
     if not children:
         return
+    resource = div.resource
     if amount <= 0:
         # Nothing to share (e.g. CPU on nodes that report none): every share is 0 and
         # only the deserved quotas resolve, as the full division below would give.
         for queue in children:
             own = deserved_of(queue, resource, parent_deserved)
-            deserved[queue.name][resource] = own
-            shares[queue.name][resource] = 0
-            if queue.children:
-                kids = [state.queues[c] for c in queue.children if c in state.queues]
-                _divide(state, kids, 0, own, resource, demand, shares, deserved)
+            div.deserved[queue.name][resource] = own
+            div.shares[queue.name][resource] = 0
+            _divide(div, div.children(queue), 0, own)
         return
     caps: dict[str, int] = {}
     given: dict[str, int] = {}
     order = sorted(children, key=lambda q: (-q.priority, q.name))
     left = amount
     for queue in order:
-        want = demand.get(queue.name, [0, 0, 0])[resource]
+        want = div.demand.get(queue.name, [0, 0, 0])[resource]
         limit = limit_of(queue, resource)
-        cap = want if limit == UNLIMITED or limit < 0 else min(want, limit)
+        cap = min(want, limit) if bounded(limit) else want
         caps[queue.name] = cap
         own = deserved_of(queue, resource, parent_deserved)
-        deserved[queue.name][resource] = own
+        div.deserved[queue.name][resource] = own
         first = min(own, cap, left)
         given[queue.name] = first
         left -= first
     # Over-quota: priority buckets, highest first; water-fill by weight inside each.
-    weights = _weights(state, order)
+    weights = _weights(div.state, order)
     priorities = sorted({q.priority for q in order}, reverse=True)
     for priority in priorities:
         if left <= 0:
@@ -149,19 +160,8 @@ def _divide(
         left = _water_fill(left, bucket, caps, given, weights)
     for queue in order:
         share = given[queue.name]
-        shares[queue.name][resource] = share
-        if queue.children:
-            kids = [state.queues[c] for c in queue.children if c in state.queues]
-            _divide(
-                state,
-                kids,
-                share,
-                deserved[queue.name][resource],
-                resource,
-                demand,
-                shares,
-                deserved,
-            )
+        div.shares[queue.name][resource] = share
+        _divide(div, div.children(queue), share, div.deserved[queue.name][resource])
 
 
 def _water_fill(

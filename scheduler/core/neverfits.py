@@ -16,9 +16,17 @@ from scheduler.core.placement import (
     selector_matches,
     split_gang,
 )
-from scheduler.core.reasons import UNITS, amount, gpus, required
+from scheduler.core.reasons import UNITS, amount, gpus
 from scheduler.core.session import Emit
-from scheduler.core.state import PENDING, FreeIndex, Job, Node, State, node_from_capacity
+from scheduler.core.state import (
+    PENDING,
+    FreeIndex,
+    Job,
+    Node,
+    State,
+    node_from_capacity,
+    required,
+)
 
 
 def reject_impossible(state: State, emit: Emit) -> None:

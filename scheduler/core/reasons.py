@@ -34,11 +34,6 @@ UNITS = ("GPUs", "millicores", "MiB")
 """The unit each resource index is shown in (see ``amount``)."""
 
 
-def required(job: Job) -> int:
-    """How many pods the gang needs running at once."""
-    return job.min_members or len(job.pods)
-
-
 def note_reason(job: Job, reason: str, emit: Emit) -> None:
     """Record why a job waits, only when the reason changed (not every cycle)."""
     if reason != job.reason:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scheduler.core.backfill import Reservation, RunningEnds
     from scheduler.core.victims import Victims
 
-__all__ = ["NEVER", "Emit", "Session", "wake"]
+__all__ = ["NEVER", "Emit", "Session"]
 
 Emit = Callable[[Event], None]
 """Record a decision: appended to the cycle's decisions and applied to the state at once."""
@@ -65,9 +65,3 @@ class Session:
     """Per blocked queue, failed backfill attempts (``backfill.BACKFILL_TRIES``)."""
     done: dict[str, None] = field(default_factory=dict)
     """Queues with nothing more to try this cycle."""
-
-
-def wake(state: State, at: int) -> None:
-    """Ask for a cycle at ``at`` (a time-based rule falls due then)."""
-    if state.wakeup is None or at < state.wakeup:
-        state.wakeup = at

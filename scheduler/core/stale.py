@@ -4,8 +4,8 @@ again instead of holding GPUs it cannot use."""
 
 from __future__ import annotations
 
-from scheduler.core.session import Emit, wake
-from scheduler.core.state import RUNNING, State
+from scheduler.core.session import Emit
+from scheduler.core.state import RUNNING, State, wake
 from scheduler.core.victims import preemption
 
 

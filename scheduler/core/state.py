@@ -471,3 +471,14 @@ def node_from_capacity(
         free_cpu=cpu_milli,
         free_memory=memory_mib,
     )
+
+
+def required(job: Job) -> int:
+    """How many pods the gang needs running at once."""
+    return job.min_members or len(job.pods)
+
+
+def wake(state: State, at: int) -> None:
+    """Ask for a cycle at ``at`` (a time-based rule falls due then)."""
+    if state.wakeup is None or at < state.wakeup:
+        state.wakeup = at
