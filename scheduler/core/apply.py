@@ -428,14 +428,10 @@ def retire_ended(state: State) -> int:
 def _node_registered(state: State, event: NodeRegistered) -> None:
     old = state.nodes.get(event.node)
     node = node_from_capacity(
-        event.node,
-        event.gpus,
-        event.cpu_milli,
-        event.memory_mib,
-        event.labels,
-        event.gpu_model,
-        event.gpu_memory_mib,
+        event.node, event.gpus, event.cpu_milli, event.memory_mib, event.labels
     )
+    node.gpu_model = event.gpu_model
+    node.gpu_memory_mib = event.gpu_memory_mib
     node.taints = tuple(_taint(t) for t in event.taints)
     state.nodes[event.node] = node
     if old is not None:

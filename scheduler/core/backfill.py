@@ -17,7 +17,7 @@ from events.model import PodPlacement
 from scheduler.core.placement import Statement, gang_shape
 from scheduler.core.reasons import capacity_reason, note_reason, reservation_reason
 from scheduler.core.running import NEVER
-from scheduler.core.state import ACTIVE, FreeIndex, Job, Node, Queue, State, wake
+from scheduler.core.state import ACTIVE, Job, Queue, State, wake
 from scheduler.core.victims import Victims, backfilled_under
 
 if TYPE_CHECKING:
@@ -219,34 +219,43 @@ def reserve_sizes(
 
 
 @dataclass(slots=True)
-class _Bounds:
-    """Cheap necessary conditions for a gang to fit as running jobs are released: GPUs
-    free in total and, for a gang of one pod size, how many such pods the nodes could
-    hold. Released jobs are only booked per node (``book``) until both say the gang could
-    fit; then they are evicted in the statement and a placement tried (``reset``)."""
+class _Release:
+    """Running jobs released, soonest end first, in a statement until a gang fits.
 
-    index: FreeIndex
-    nodes: dict[str, Node]
+    Cheap necessary conditions come first: GPUs free in total and, for a gang of one pod
+    size, how many such pods the nodes could hold. Released jobs are only booked per node
+    (``book``) until both say the gang could fit; then they are evicted in the statement
+    and a placement tried (``evict_booked``). Jobs in ``given_way`` count as free already.
+    """
+
+    stmt: Statement
+    given_way: dict[str, None]
     pod_size: int
     free: int
     slots: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+    booked: list[Job] = field(default_factory=list)
 
     def book(self, job: Job) -> None:
+        self.booked.append(job)
+        nodes = self.stmt.nodes
         for placement in job.live():
             milli = sum(slot.milli for slot in placement.gpus)
             self.free += milli
             if self.pod_size > 0:
-                base = self.nodes[placement.node].free_gpu_milli
+                base = nodes[placement.node].free_gpu_milli
                 before = self.extra.get(placement.node, 0)
                 self.extra[placement.node] = before + milli
                 size = self.pod_size
                 self.slots += (base + before + milli) // size - (base + before) // size
 
-    def reset(self) -> None:
+    def evict_booked(self) -> None:
+        for booked_job in self.booked:
+            self.stmt.evict(booked_job)
+        self.booked = []
         self.extra = {}
-        if self.pod_size > 0:
-            self.slots = self.index.slots_at_most(self.pod_size)
+        if self.pod_size > 0 and self.stmt.index is not None:
+            self.slots = self.stmt.index.slots_at_most(self.pod_size)
 
     def may_fit(self, need: int, pods: int) -> bool:
         return self.free >= need and (self.pod_size <= 0 or self.slots >= pods)
@@ -263,19 +272,18 @@ def reservation_for(
     very reservation give way when it starts, so their nodes count as free from the
     outset, or every backfill would push the reservation later.
     """
-    index = state.free_index()
     free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
-    given_way: dict[str, None] = {}
-    with Statement(state.nodes, index=index) as stmt:
+    with Statement(state.nodes, index=state.free_index()) as stmt:
+        given_way: dict[str, None] = {}
         for other in backfilled_under(job, victims):
             stmt.evict(other)
             free += victims.held_gpu(other)
             given_way[other.job] = None
         sizes = {p.gpu_milli for p in job.pods}
         pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
-        bounds = _Bounds(index, state.nodes, pod_size, free)
-        bounds.reset()
-        reservation = _first_fit(state, stmt, job, running, given_way, bounds)
+        release = _Release(stmt, given_way, pod_size, free)
+        release.evict_booked()  # (none yet: sets the slot count from the index)
+        reservation = _first_fit(state, job, running, release)
     if reservation is not None and state.now < reservation.start < NEVER:
         # Due later: a cycle then. Due now (held by overrunning jobs): their ends are
         # events, so waking every cycle until then would only repeat this one.
@@ -284,33 +292,23 @@ def reservation_for(
 
 
 def _first_fit(
-    state: State,
-    stmt: Statement,
-    job: Job,
-    running: RunningEnds,
-    given_way: dict[str, None],
-    bounds: _Bounds,
+    state: State, job: Job, running: RunningEnds, release: _Release
 ) -> Reservation | None:
-    """Release the running jobs (but those in ``given_way``) soonest end first, until
-    the gang places: the reservation, or None if it never does."""
+    """Release the running jobs soonest end first until the gang places: the
+    reservation, or None if it never does."""
     need = job.request[0]
     pods = len(job.pods) if not job.min_members else job.min_members
     gpus_only = not any(p.cpu_milli or p.memory_mib for p in job.pods)
-    booked: list[Job] = []
     jobs = state.jobs
     for end, _, job_id in running.ordered(gpus_only):
         other = jobs[job_id]
-        if other.status not in ACTIVE or job_id in given_way:
+        if other.status not in ACTIVE or job_id in release.given_way:
             continue  # evicted earlier in this cycle, or already counted as free
-        booked.append(other)
-        bounds.book(other)
-        if not bounds.may_fit(need, pods):
+        release.book(other)
+        if not release.may_fit(need, pods):
             continue  # no placement can succeed yet: too few GPUs, or no arrangement
-        for booked_job in booked:
-            stmt.evict(booked_job)
-        booked = []
-        bounds.reset()
-        placed = stmt.place_gang(job)
+        release.evict_booked()
+        placed = release.stmt.place_gang(job)
         if placed is not None:
             return Reservation(job=job.job, start=end, nodes={p.node: None for p in placed})
     return None

@@ -95,9 +95,8 @@ def _empty_cluster(
         for n in state.nodes.values():
             if n.cordoned:
                 continue
-            copy = node_from_capacity(
-                n.name, n.gpus, n.cpu_milli, n.memory_mib, n.labels, n.gpu_model
-            )
+            copy = node_from_capacity(n.name, n.gpus, n.cpu_milli, n.memory_mib, n.labels)
+            copy.gpu_model = n.gpu_model
             copy.taints = n.taints
             nodes[n.name] = copy
         index = FreeIndex.of(nodes)

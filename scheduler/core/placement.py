@@ -307,6 +307,21 @@ class Statement:
             candidates = self.nodes.values()
         if skip:
             candidates = [n for n in candidates if n.name not in skip]
+        found = self._best(candidates, pod, gpu, by_memory)
+        if found is None:
+            return None
+        best, best_gpu = found
+        slots = choose_slots(best, best_gpu)
+        assert slots is not None
+        take(best, job, pod, slots, self.index)
+        self.steps.append(_Step(best, job, pod, slots, taken=True))
+        return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
+
+    def _best(
+        self, candidates: Iterable[Node], pod: PodSpec, gpu: int, by_memory: bool
+    ) -> tuple[Node, int] | None:
+        """The best-scoring candidate the pod fits on now, with the milli-GPUs it takes
+        there (``gpu``, or by memory per node)."""
         best: Node | None = None
         best_gpu = 0
         best_score: tuple[int, str] | None = None
@@ -328,13 +343,7 @@ class Statement:
             score = self.score(node, gpu)
             if best_score is None or score < best_score:
                 best, best_gpu, best_score = node, gpu, score
-        if best is None:
-            return None
-        slots = choose_slots(best, best_gpu)
-        assert slots is not None
-        take(best, job, pod, slots, self.index)
-        self.steps.append(_Step(best, job, pod, slots, taken=True))
-        return PodPlacement(pod=pod.name, node=best.name, gpus=slots)
+        return None if best is None else (best, best_gpu)
 
     def place_gang(
         self, job: Job, nodes: list[Node] | None = None, skip: dict[str, None] | None = None

@@ -448,23 +448,15 @@ def _add_request(
 
 
 def node_from_capacity(
-    name: str,
-    gpus: int,
-    cpu_milli: int,
-    memory_mib: int,
-    labels: dict[str, str],
-    gpu_model: str = "",
-    gpu_memory_mib: int = 0,
+    name: str, gpus: int, cpu_milli: int, memory_mib: int, labels: dict[str, str]
 ) -> Node:
-    """A node with everything free."""
+    """A node with everything free (its GPU model and memory, taints: set by the caller)."""
     return Node(
         name=name,
         gpus=gpus,
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         labels=dict(labels),
-        gpu_model=gpu_model,
-        gpu_memory_mib=gpu_memory_mib,
         free_devices=[MILLI] * gpus,
         free_gpu_milli=gpus * MILLI,
         free_whole=gpus,
