@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from events.model import (
     BindFailed,
     JobPreempted,
@@ -11,6 +13,7 @@ from events.model import (
     Tick,
 )
 from scheduler.core import fair_shares
+from scheduler.core.backfill import BACKFILL_TRIES
 from scheduler.core.fairshare import decay
 from tests.builders import World, job, node, queue
 from tests.test_policy import allocated, reasons
@@ -73,6 +76,19 @@ def test_lower_share_of_fair_share_goes_first() -> None:
     assert next(iter(allocated(got))) == "b1"
 
 
+def test_a_queue_within_its_fair_share_goes_before_one_that_would_exceed_it() -> None:
+    # Neither queue deserves anything; by weight y's fair share is 12 GPUs and x's 4. y
+    # holds 8 and asks 4 more (within its fair share), x holds nothing and asks 8 (beyond
+    # its). x has the lower dominant share, yet y goes first, and x's job then does not fit.
+    w = World(node("n1"), node("n2"), queue("x"), queue("y", weight=3))
+    w.at(0, job("y0", "y", gpus=8))
+    w.start(1, "y0")
+    got = w.at(2, job("x1", "x", gpus=8), job("y1", "y", gpus=4))
+    shares = fair_shares(w.state)
+    assert (shares.fair["x"][0], shares.fair["y"][0]) == (4000, 12000)
+    assert allocated(got) == {"y1": {"y1-0": "n2"}}
+
+
 # --------------------------------------------------------------------------- 3. priority classes
 
 
@@ -113,20 +129,28 @@ def test_sub_group_minimums_must_all_be_placed() -> None:
 
 
 def test_a_gang_whose_leader_cannot_fit_places_nothing() -> None:
-    w = World(node("n1", gpus=2), node("n2", gpus=2), queue("a"))
-    w.at(0, job("busy", "a", pods=2, gpus=1))
-    roles = ("leader", "worker", "worker")
-    got = w.at(
-        1,
-        job("g", "a", pods=3, gpus=1, groups=("leader", "worker", "worker"), min_members=2,
-            min_per_group={"leader": 1}),
-    )  # fmt: skip
-    assert len(roles) == 3
-    assert sorted(allocated(got)["g"]) == ["g-0", "g-1"]
+    # The leader needs 4 GPUs on one node; the workers need 1. With n1 half busy only the
+    # two workers fit (on n2): they would make the gang's minimum of 2 pods, but not its
+    # minimum of 1 leader, so the gang waits whole, and starts once n1 frees up.
+    w = World(node("n1", gpus=4, host="n1"), node("n2", gpus=2, host="n2"), queue("a"))
+    w.at(0, job("busy", "a", gpus=2, selector={"host": "n1"}))
+    w.start(1, "busy")
+    gang = job("g", "a", pods=3, gpus=1, groups=("leader", "worker", "worker"), min_members=2,
+               min_per_group={"leader": 1})  # fmt: skip
+    leader = msgspec.structs.replace(gang.pods[0], gpu_milli=4000)
+    gang = msgspec.structs.replace(gang, pods=(leader, *gang.pods[1:]))
+    got = w.at(2, gang)
+    assert allocated(got) == {}
+    assert reasons(got)["g"] == (
+        "waiting for capacity: gang needs 2 pods (5 GPUs), free capacity fits 0 of them now",
+        False,
+    )
+    got = w.finish(3, "busy")
+    assert allocated(got) == {"g": {"g-0": "n1", "g-1": "n2", "g-2": "n2"}}
 
 
-def stale_world(**knobs: object) -> World:
-    w = World(node("n1"), queue("a"), stale_gang_eviction=True, stale_gang_grace_ms=60_000, **knobs)
+def stale_world(*, evict: bool = True) -> World:
+    w = World(node("n1"), queue("a"), stale_gang_eviction=evict, stale_gang_grace_ms=60_000)
     w.at(0, job("g", "a", pods=2, gpus=4))
     w.start(1, "g")
     w.at(100, PodFinished(job="g", pod="g-1", succeeded=False))
@@ -140,15 +164,20 @@ def test_a_running_gang_below_its_minimum_is_evicted_after_the_grace_period() ->
     assert preempted(w.at(120, Tick())) == []
     got = w.at(160, Tick())
     assert preempted(got) == [("g", "stale-gang", "")]
-    assert w.status("g") in ("pending", "allocated")  # back in the queue, maybe re-placed
+    # back in the queue, and placed again at once on the node it no longer holds
+    assert allocated(got) == {"g": {"g-0": "n1", "g-1": "n1"}}
+    assert w.status("g") == "allocated"
 
 
 def test_stale_gang_eviction_can_be_turned_off() -> None:
-    w = World(node("n1"), queue("a"))
-    w.at(0, job("g", "a", pods=2, gpus=4))
-    w.start(1, "g")
-    w.at(100, PodFinished(job="g", pod="g-1", succeeded=False))
+    # The same world as above but for the knob: the gang goes stale and stays running
+    # well past the grace period, and no cycle is asked for on its account.
+    w = stale_world(evict=False)
+    assert w.state.jobs["g"].stale_since == 100_000
+    assert w.state.wakeup is None
+    assert preempted(w.at(160, Tick())) == []
     assert preempted(w.at(1000, Tick())) == []
+    assert w.status("g") == "running"
 
 
 # --------------------------------------------------------------------------- 5. reclaim, preempt
@@ -284,6 +313,24 @@ def test_with_backfill_small_jobs_do_not_wait_behind_a_big_gang_when_capacity_is
     assert list(allocated(got)) == ["behind"]
 
 
+def test_backfill_looks_past_jobs_that_do_not_fit_the_gap() -> None:
+    w = backfill_world()
+    got = w.at(10, job("wide", "big", pods=2, gpus=8), job("filler", "big", gpus=8))
+    assert allocated(got) == {"filler": {"filler-0": "n2"}}
+
+
+def test_backfill_stops_looking_after_its_tries() -> None:
+    # Every job behind the blocked gang that finds no room in the gap is a try; after
+    # BACKFILL_TRIES of them the queue is done for the cycle (the cycle stays bounded).
+    wide = [job(f"wide{k}", "big", pods=2, gpus=8) for k in range(BACKFILL_TRIES)]
+    w = backfill_world()
+    got = w.at(10, *wide[:-1], job("filler", "big", gpus=8))
+    assert allocated(got) == {"filler": {"filler-0": "n2"}}
+    w = backfill_world()
+    got = w.at(10, *wide, job("filler", "big", gpus=8))
+    assert allocated(got) == {}
+
+
 # --------------------------------------------------------------------------- 7. placement
 
 
@@ -350,12 +397,46 @@ def test_consolidation_moves_a_preemptible_job_to_fit_a_gang() -> None:
     w = World(node("n1"), node("n2"), queue("a", deserved=16), consolidation=True, preempt=False)
     w.at(0, job("p1", "a", gpus=4, placement="spread"), job("p2", "a", gpus=4, placement="spread"))
     got = w.at(1, job("whole", "a", gpus=8, cls="build", preemptible=False))
-    assert preempted(got) == [("p1", "consolidation", "whole")] or preempted(got) == [
-        ("p2", "consolidation", "whole")
-    ]
-    moved = preempted(got)[0][0]
-    assert moved in allocated(got) and "whole" in allocated(got)
-    assert w.status(moved) == "allocated"
+    # Neither p1 nor p2 has started, so neither loses work: the newer one, p2, moves.
+    assert preempted(got) == [("p2", "consolidation", "whole")]
+    assert allocated(got) == {"p2": {"p2-0": "n1"}, "whole": {"whole-0": "n2"}}
+    assert w.status("p2") == "allocated"
+
+
+def test_a_job_placed_in_this_cycle_is_never_a_victim_in_it() -> None:
+    # p2 is placed in the same cycle as the gang, so it has lost nothing and would be the
+    # cheapest to move; taking back what this cycle placed would only be churn, so p1,
+    # running since t=1, moves instead.
+    w = World(node("n1"), node("n2"), queue("a", deserved=16), consolidation=True, preempt=False)
+    w.at(0, job("p1", "a", gpus=4, placement="spread"))
+    w.start(1, "p1")
+    got = w.at(100, job("p2", "a", gpus=4, placement="spread"), job("whole", "a", gpus=8))
+    assert preempted(got) == [("p1", "consolidation", "whole")]
+    assert allocated(got) == {
+        "p2": {"p2-0": "n2"}, "p1": {"p1-0": "n2"}, "whole": {"whole-0": "n1"}
+    }  # fmt: skip
+
+
+def test_consolidation_leaves_a_job_that_would_land_where_it_is() -> None:
+    # n1: v1 (pinned there) beside non-preemptible work; n2: v2 and 4 free; n3: 4 free
+    # beside non-preemptible work. v1 is cheaper (started later), so it is evicted first,
+    # which frees no node whole; then v2, which frees n2 for the gang. Put back, v1 lands
+    # where it was: it did not need to move and is neither preempted nor re-allocated.
+    w = World(
+        node("n1", host="n1"), node("n2", host="n2"), node("n3", host="n3"),
+        queue("a", deserved=24), consolidation=True, preempt=False,
+    )  # fmt: skip
+    w.at(0, job("fixed1", "a", gpus=4, cls="build", selector={"host": "n1"}),
+         job("fixed3", "a", gpus=4, cls="build", selector={"host": "n3"}))  # fmt: skip
+    w.at(1, job("v2", "a", gpus=4, placement="spread"))
+    w.start(2, "v2")
+    w.at(10, job("v1", "a", gpus=4, selector={"host": "n1"}))
+    w.start(11, "v1")
+    assert w.state.jobs["v2"].placements["v2-0"].node == "n2"
+    got = w.at(100, job("whole", "a", gpus=8))
+    assert preempted(got) == [("v2", "consolidation", "whole")]
+    assert allocated(got) == {"v2": {"v2-0": "n3"}, "whole": {"whole-0": "n2"}}
+    assert w.status("v1") == "running"
 
 
 def test_without_consolidation_fragmentation_blocks_the_gang() -> None:
