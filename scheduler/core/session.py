@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING
 
 from events.model import Event
 from scheduler.core.fairshare import Shares
-from scheduler.core.running import NEVER
 from scheduler.core.state import Queue, State
 
 if TYPE_CHECKING:
     from scheduler.core.backfill import Reservation, RunningEnds
     from scheduler.core.victims import Victims
-
-__all__ = ["NEVER", "Emit", "Session"]
 
 Emit = Callable[[Event], None]
 """Record a decision: appended to the cycle's decisions and applied to the state at once."""

@@ -5,8 +5,9 @@ victims it may take, cheapest first (least lost work): **backfill** (jobs backfi
 under the head's own reservation give way), **reclaim** (from other queues above their
 fair share or quota, ``reclaim_candidates``) and **preempt** (lower-priority jobs of the
 same queue). A rule evicts the fewest victims that let the gang start, and only if it
-then starts: never in vain. ``protected`` is the one min-runtime check every rule and
-consolidation apply.
+then starts: never in vain. ``protected`` is the one min-runtime check, applied by
+reclaim, preempt and consolidation (a job backfilled under a reservation gives way to it
+however young).
 """
 
 from __future__ import annotations
