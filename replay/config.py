@@ -8,9 +8,11 @@ seconds; the loaders convert to the ledger's integer units exactly.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -33,6 +35,35 @@ fuzzing: an infinite duration crashed the conversion).
 
 NonNeg = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
 Positive = Annotated[float, msgspec.Meta(gt=0, le=MAX_QUANTITY)]
+
+
+def _exact(unit: str) -> msgspec.Meta:
+    """Metadata naming the integer unit a field is stored in (see ``EXACT_UNITS``)."""
+    return msgspec.Meta(extra={"exact": unit})
+
+
+EXACT_UNITS: dict[str, tuple[Decimal, str]] = {
+    "milli": (Decimal(1000), "milli-units (1/1000 GPU or core)"),
+    "mib": (Decimal(1024), "MiB"),
+    "ms": (Decimal(1000), "milliseconds"),
+    "whole": (Decimal(1), "numbers"),
+}
+"""Integer units the ledger stores numbers in: multiplier from the file's unit, and a name.
+
+A field annotated with ``_exact(unit)`` must convert to a whole number of that unit, so
+no value is rounded on its way to the ledger (``deserved_percent: 12.5`` or ``at_s:
+0.0004`` is refused with file, field and value instead of becoming 12 or 0). Fields of
+sampled distributions (means, medians, rates) are parameters, not stored amounts, and
+carry no unit.
+"""
+
+Milli = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("milli")]
+"""GPUs, cores or a plain factor, stored in thousandths."""
+GiB = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("mib")]
+"""Memory in GiB, stored in whole MiB."""
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("ms")]
+"""A time or duration in seconds, stored in whole milliseconds."""
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_QUANTITY), _exact("ms")]
 Count = Annotated[int, msgspec.Meta(ge=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 """An integer the ledger can store (msgpack's signed 64 bits)."""
@@ -52,10 +83,10 @@ class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     count: Count
     gpus: Annotated[int, msgspec.Meta(ge=0, le=MAX_NODE_GPUS)]
     gpu_model: str = ""
-    gpu_memory_gib: NonNeg = 0
-    cpu: NonNeg = 0
+    gpu_memory_gib: GiB = 0
+    cpu: Milli = 0
     """Cores; 0 means CPU is not modelled on these nodes."""
-    memory_gib: NonNeg = 0
+    memory_gib: GiB = 0
     """0 means memory is not modelled on these nodes."""
     labels: dict[str, str] = {}
 
@@ -63,8 +94,8 @@ class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Timing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """How long the simulated binder and kubelet take."""
 
-    bind_latency_s: NonNeg = 0.5
-    startup_s: NonNeg = 2.0
+    bind_latency_s: Seconds = 0.5
+    startup_s: Seconds = 2.0
 
 
 class ClusterFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -82,18 +113,20 @@ class QueueSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     name: str
     parent: str = ""
-    deserved_gpus: NonNeg | None = None
-    deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100)] | None = None
-    deserved_cpu: NonNeg = 0
-    deserved_memory_gib: NonNeg = 0
+    deserved_gpus: Milli | None = None
+    deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100), _exact("whole")] | None = None
+    """A whole percent of the parent's deserved GPUs (the ledger records an integer); for a
+    fraction give ``deserved_gpus`` in milli-GPU precision."""
+    deserved_cpu: Milli = 0
+    deserved_memory_gib: GiB = 0
     over_quota_weight: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 1
-    limit_gpus: NonNeg | None = None
-    limit_cpu: NonNeg | None = None
-    limit_memory_gib: NonNeg | None = None
+    limit_gpus: Milli | None = None
+    limit_cpu: Milli | None = None
+    limit_memory_gib: GiB | None = None
     priority: Int64 = 0
-    reclaim_min_runtime_s: NonNeg = 0
+    reclaim_min_runtime_s: Seconds = 0
     """Its jobs that started less than this ago are not reclaimed by other queues."""
-    preempt_min_runtime_s: NonNeg = 0
+    preempt_min_runtime_s: Seconds = 0
     """Its jobs that started less than this ago are not preempted within the queue."""
     placement: str = ""
     """``binpack`` or ``spread`` for its jobs (empty: the policy's)."""
@@ -171,23 +204,26 @@ Arrival = Poisson | Periodic
 PriorityClass = Literal["train", "build-preemptible", "build", "inference"]
 """The priority classes a workload file may name (KAI's; intake also takes a whole number)."""
 
+_LITERALS: dict[str, tuple[str, ...]] = {"priority_class": get_args(PriorityClass)}
+"""Accepted values of each enumerated field, for error messages."""
+
 
 class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """An explicit job."""
 
     name: str
     queue: str
-    at_s: NonNeg
-    runtime_s: Positive
+    at_s: Seconds
+    runtime_s: PositiveSeconds
     pods: Count = 1
-    gpus_per_pod: NonNeg = 1
-    cpu_per_pod: NonNeg = 0
-    memory_gib_per_pod: NonNeg = 0
+    gpus_per_pod: Milli = 1
+    cpu_per_pod: Milli = 0
+    memory_gib_per_pod: GiB = 0
     min_members: Annotated[int, msgspec.Meta(ge=0)] = 0
     priority_class: PriorityClass = "train"
     preemptible: bool | None = None
-    checkpoint_interval_s: Positive | None = None
-    expected_runtime_s: Positive | None = None
+    checkpoint_interval_s: PositiveSeconds | None = None
+    expected_runtime_s: PositiveSeconds | None = None
     node_selector: dict[str, str] = {}
 
 
@@ -197,17 +233,17 @@ class Generator(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     queue: str
     arrival: Arrival
-    runtime_s: Number
+    runtime_s: Annotated[Number, _exact("ms")]
     count: Annotated[int, msgspec.Meta(ge=0)] | None = None
     start_s: NonNeg = 0
     end_s: NonNeg | None = None
-    gang_size: Number = 1
-    gpus_per_pod: Number = 1
-    cpu_per_pod: NonNeg = 0
-    memory_gib_per_pod: NonNeg = 0
+    gang_size: Annotated[Number, _exact("whole")] = 1
+    gpus_per_pod: Annotated[Number, _exact("milli")] = 1
+    cpu_per_pod: Milli = 0
+    memory_gib_per_pod: GiB = 0
     priority_class: PriorityClass = "train"
     preemptible: bool | None = None
-    checkpoint_interval_s: Positive | None = None
+    checkpoint_interval_s: PositiveSeconds | None = None
     expected_runtime: bool = False
     """Tell the scheduler each job's true runtime as its expected runtime."""
     node_selector: dict[str, str] = {}
@@ -234,13 +270,13 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backfill: bool = True
     consolidation: bool = False
     stale_gang_eviction: bool = True
-    stale_gang_grace_s: NonNeg = 60
+    stale_gang_grace_s: Seconds = 60
     placement: str = "binpack"
-    half_life_s: NonNeg = 0
+    half_life_s: Seconds = 0
     """Time-based fair share half-life; 0 turns it off."""
-    k_value: NonNeg = 1.0
-    bind_backoff_s: NonNeg = 10
-    bind_backoff_max_s: NonNeg = 600
+    k_value: Milli = 1.0
+    bind_backoff_s: Seconds = 10
+    bind_backoff_max_s: Seconds = 600
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
@@ -281,13 +317,96 @@ def load(path: str | Path, kind: type[T]) -> T:
 
 
 def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
-    """Validate YAML text as ``kind``."""
+    """Validate YAML text as ``kind``: types, ranges, exact units, and a queue tree's shape.
+
+    Every error starts with ``source`` (the file's name) and names the field.
+    """
     try:
-        return msgspec.yaml.decode(raw, type=kind)
+        value = msgspec.yaml.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+        raise ConfigError(f"{source}: {_explain(str(exc))}") from exc
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    for problem in _inexact(value, msgspec.inspect.type_info(kind), "$", None):
+        raise ConfigError(f"{source}: {problem}")
+    if isinstance(value, QueuesFile):
+        try:
+            queue_events(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    return value
+
+
+_ENUM = re.compile(r"^Invalid enum value (?P<value>.+) - at `(?P<path>[^`]+)`$")
+
+
+def _explain(message: str) -> str:
+    """msgspec's message, with the accepted values when it names an unknown enum value."""
+    found = _ENUM.match(message)
+    if found is None:
+        return message
+    field = found["path"].rsplit(".", 1)[-1]
+    accepted = _LITERALS.get(field)
+    if accepted is None:  # pragma: no cover - every Literal field of the formats is listed
+        return message
+    return (
+        f"{found['path']}: {found['value']} is not one of {', '.join(accepted)} "
+        f"(the accepted values of {field})"
+    )
+
+
+def _inexact(value: Any, info: Any, path: str, unit: str | None) -> Iterator[str]:
+    """Problems of numbers that the ledger's integer units cannot hold exactly.
+
+    Walks the decoded value along its type; ``unit`` is the nearest enclosing
+    ``_exact`` unit, which also applies to the ``value`` of a ``fixed`` and the ``values``
+    of a ``choice`` distribution (those are drawn and stored as they are).
+    """
+    if value is None:
+        return
+    match info:
+        case msgspec.inspect.Metadata():
+            inner = (info.extra or {}).get("exact", unit)
+            yield from _inexact(value, info.type, path, inner)
+        case msgspec.inspect.UnionType():
+            for option in info.types:
+                if _matches(value, option):
+                    yield from _inexact(value, option, path, unit)
+                    return
+        case msgspec.inspect.StructType():
+            for field in info.fields:
+                # a drawn value is stored as it is; weights and other parameters are not
+                carried = unit if field.name in ("value", "values") else None
+                yield from _inexact(
+                    getattr(value, field.name), field.type, f"{path}.{field.encode_name}", carried
+                )
+        case msgspec.inspect.ListType():
+            for index, item in enumerate(value):
+                yield from _inexact(item, info.item_type, f"{path}[{index}]", unit)
+        case msgspec.inspect.FloatType() | msgspec.inspect.IntType() if unit is not None:
+            scale, name = EXACT_UNITS[unit]
+            stored = Decimal(str(value)) * scale
+            if stored != stored.to_integral_value():
+                amount = "it" if unit == "whole" else f"{stored.normalize():f} {name}"
+                hint = _HINTS.get(path.rsplit(".", 1)[-1], "")
+                yield (
+                    f"{path}: {value} is not exact: the ledger stores whole {name}, and "
+                    f"{amount} would be rounded to {stored.to_integral_value()}{hint}"
+                )
+
+
+_HINTS = {"deserved_percent": " (for a fraction of the GPUs give deserved_gpus, in milli-GPUs)"}
+
+
+def _matches(value: Any, info: Any) -> bool:
+    """Whether ``value`` decoded as the union member ``info``."""
+    while isinstance(info, msgspec.inspect.Metadata):
+        info = info.type
+    if isinstance(info, msgspec.inspect.StructType):
+        return type(value) is info.cls
+    if isinstance(info, msgspec.inspect.FloatType | msgspec.inspect.IntType):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return False
 
 
 def json_schema(kind: type[Any]) -> dict[str, Any]:
@@ -371,10 +490,11 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
             parent = by_name[parent].parent
     for name, spec in by_name.items():
         kids = [k for k in by_name.values() if k.parent == name]
-        kid_sum = sum(k.deserved_gpus or 0 for k in kids)
-        if spec.deserved_gpus is not None and kid_sum > spec.deserved_gpus:
+        # in milli-GPUs: a float sum (0.1 + 0.2) would exceed a parent's 0.3
+        kid_sum = sum(milli(k.deserved_gpus or 0, f"queue {k.name}") for k in kids)
+        if spec.deserved_gpus is not None and kid_sum > milli(spec.deserved_gpus, name):
             raise ConfigError(
-                f"queue {name}: children deserve {kid_sum:g} GPUs, "
+                f"queue {name}: children deserve {kid_sum / MILLI:g} GPUs, "
                 f"more than its {spec.deserved_gpus:g}"
             )
         pct = sum(k.deserved_percent or 0 for k in kids)
