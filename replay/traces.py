@@ -745,7 +745,11 @@ def import_trace(
         case _:
             raise ConfigError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
     column = SUBMIT_FIELDS.get(fmt, mapping.columns.submit)
-    result = build(rows, mapping, skips, limit if limit is not None else mapping.limit, column)
+    # only a csv column can hold gaps instead of times (submit_mode)
+    gaps = fmt == "csv" and mapping.submit_mode == "absolute"
+    result = build(
+        rows, mapping, skips, limit if limit is not None else mapping.limit, column, gaps
+    )
     result.cluster_gpus = cluster_gpus
     return result
 
@@ -756,8 +760,13 @@ def build(
     skips: Skips,
     limit: int | None = None,
     submit_column: str = "submit",
+    maybe_gaps: bool = False,
 ) -> TraceImport:
-    """Apply the mapping to trace rows: filter, sort, limit, shift time, name queues."""
+    """Apply the mapping to trace rows: filter, sort, limit, shift time, name queues.
+
+    Rows come in file order; a submission earlier than one above it is counted and warned
+    about, naming ``submit_column`` (and ``submit_mode: interval`` when ``maybe_gaps``).
+    """
     excluded = set(mapping.exclude_states)
     kept: list[TraceJob] = []
     summary = Summary(skips=skips)
@@ -779,7 +788,7 @@ def build(
         kept.append(job)
     if backwards:
         hint = ""
-        if submit_column == mapping.columns.submit and mapping.submit_mode == "absolute":
+        if maybe_gaps:
             hint = "; if it holds gaps between submissions, set submit_mode: interval"
         summary.warnings.append(
             f"column {submit_column!r} is not in order: {backwards:,} rows submit before an "
