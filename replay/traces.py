@@ -633,7 +633,7 @@ class Summary:
     """Things the import did that the trace may not mean (an out-of-order submit column)."""
 
     def lines(self) -> list[str]:
-        """The summary as printable lines."""
+        """The summary as printable lines (``warnings`` are printed apart, on stderr)."""
         out = [
             f"{self.jobs:,} jobs, {self.pods:,} pods, {self.gpu_milli / MILLI:,.1f} GPUs requested"
             f", submissions over {self.span_s / 86_400:,.2f} days ({self.span_s:,.0f} s)",
@@ -650,7 +650,6 @@ class Summary:
             out.append(f"renamed {self.renamed:,} jobs whose id repeats (suffix -2, -3, ...)")
         for reason, count in sorted(self.skips.counts.items()):
             out.append(f"skipped {count:,}: {reason} (first: {self.skips.first[reason]})")
-        out.extend(f"warning: {w}" for w in self.warnings)
         return out
 
 

@@ -8,7 +8,7 @@
 | gang larger than the cluster | accepted; the cycle rejects it: final ``job_unschedulable`` | loaded; same decision | exit 0, job unschedulable | final decision |
 | ``min_members`` above the gang | refused | ``ConfigError`` | exit 2 | never raises |
 | duplicate job id | refused | ``ConfigError`` | exit 2 | first submission wins |
-| unknown ``priority_class`` | refused, with the accepted classes | ``ConfigError`` naming file, field and the accepted values | exit 2 | taken as `train` (intake refuses it first) |
+| unknown ``priority_class`` | refused, with the accepted classes | ``ConfigError`` naming file, field and the accepted values | exit 2 | taken as ``train`` (intake refuses it first) |
 | a number the ledger cannot hold exactly (``deserved_percent: 12.5``, ``at_s: 0.0004``) | integers by type | ``ConfigError`` naming file, field, value and what it would be rounded to | exit 2 | — |
 | undefined parent | refused: unknown parent | ``ConfigError`` naming the file | exit 2 | a queue whose parent is missing is top-level |
 | events out of order | refused: unknown job / pod / queue / parent / node; decisions refused at intake | file order does not matter (parents first) | — | ignores them; time never runs backwards |
