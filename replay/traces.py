@@ -152,7 +152,9 @@ def load_mapping(path: str | Path | None) -> Mapping:
                 f"{where}: priority class {cls!r} (for {key!r}) is not one of "
                 f"{', '.join(PRIORITY_CLASSES)} or an integer"
             )
-    if sum(mapping.deserved_percent.values()) > 100:
+    flat = mapping.parent is None and mapping.columns.parent is None
+    # with a hierarchy the percents are per level, checked among siblings by queues_for
+    if flat and sum(mapping.deserved_percent.values()) > 100:
         raise ConfigError(f"{where}: deserved_percent adds up to more than 100")
     if mapping.tenant not in ("vc", "user"):
         raise ConfigError(f"{where}: tenant must be vc or user, not {mapping.tenant!r}")
@@ -727,6 +729,8 @@ def import_trace(
     percents (a ``cluster_gpus`` in the mapping takes precedence).
     """
     mapping = mapping or Mapping()
+    if fmt != "csv" and mapping.submit_mode != "absolute":
+        raise ConfigError(f"{fmt}: submit_mode {mapping.submit_mode} is for csv traces only")
     source = Path(path)
     skips = Skips()
     rows: Iterator[TraceJob]

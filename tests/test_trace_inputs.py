@@ -75,6 +75,11 @@ def test_a_blank_gap_is_an_error_naming_line_and_column(tmp_path: Path) -> None:
         import_trace("csv", trace, Mapping(columns=COLUMNS, submit_mode="interval"))
 
 
+def test_submit_mode_is_refused_for_a_format_whose_times_are_times() -> None:
+    with pytest.raises(ConfigError, match="helios: submit_mode interval is for csv traces only"):
+        import_trace("helios", DATA / "helios.csv", Mapping(submit_mode="interval"))
+
+
 def test_an_out_of_order_helios_log_warns_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -221,12 +226,19 @@ def test_philly_hierarchy_in_whole_percents(tmp_path: Path) -> None:
 
 def test_csv_parent_column_and_mapping_percents_per_level(tmp_path: Path) -> None:
     trace = _csv(tmp_path, "t,g,d,who,dept", "0,1,60,ann,ml", "1,1,60,bo,ml", "2,1,60,cy,ops")
-    columns = Columns(submit="t", gpus="g", duration="d", tenant="who", parent="dept")
-    mapping = Mapping(columns=columns, deserved_percent={"ml": 80, "ml-ann": 75})
+    path = tmp_path / "mapping.yaml"
+    path.write_text(
+        "columns: {submit: t, gpus: g, duration: d, tenant: who, parent: dept}\n"
+        "deserved_percent: {ml: 80, ml-ann: 75}\n"  # per level: 155 in all is fine
+    )
+    mapping = load_mapping(path)
     assert _quotas(import_trace("csv", trace, mapping).queues()) == [
         ("ml", "", 80, None), ("ops", "", 20, None),
         ("ml-ann", "ml", 75, None), ("ml-bo", "ml", 25, None), ("ops-cy", "ops", 100, None),
     ]  # fmt: skip
+    over = Mapping(columns=mapping.columns, deserved_percent={"ml-ann": 75, "ml-bo": 30})
+    with pytest.raises(ConfigError, match=r"deserved_percent of the children of 'ml' adds up"):
+        import_trace("csv", trace, over).queues()
 
 
 def test_a_tenant_mapped_to_one_queue_under_two_parents_is_an_error(tmp_path: Path) -> None:
