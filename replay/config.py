@@ -8,8 +8,9 @@ seconds; the loaders convert to the ledger's integer units exactly.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
@@ -327,7 +328,9 @@ def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
         raise ConfigError(f"{source}: {_explain(str(exc))}") from exc
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-    for problem in _inexact(value, msgspec.inspect.type_info(kind), "$", None):
+    check = _exactness(kind)
+    problem = None if check is None else check(value, "$")
+    if problem is not None:
         raise ConfigError(f"{source}: {problem}")
     if isinstance(value, QueuesFile):
         try:
@@ -355,58 +358,115 @@ def _explain(message: str) -> str:
     )
 
 
-def _inexact(value: Any, info: Any, path: str, unit: str | None) -> Iterator[str]:
-    """Problems of numbers that the ledger's integer units cannot hold exactly.
+Check = Callable[[Any, str], "str | None"]
+"""A compiled check of a decoded value: the first problem with its field path, or None."""
 
-    Walks the decoded value along its type; ``unit`` is the nearest enclosing
-    ``_exact`` unit, which also applies to the ``value`` of a ``fixed`` and the ``values``
-    of a ``choice`` distribution (those are drawn and stored as they are).
+
+_CHECKS: dict[Any, Check | None] = {}
+
+
+def _exactness(kind: Any) -> Check | None:
+    """The check of every number of a format that the ledger keeps in an integer unit."""
+    if kind not in _CHECKS:
+        _CHECKS[kind] = _compile(msgspec.inspect.type_info(kind), None)
+    return _CHECKS[kind]
+
+
+def _compile(info: Any, unit: str | None) -> Check | None:
+    """A check for values of type ``info``; None when nothing in it needs one.
+
+    ``unit`` is the nearest enclosing ``_exact`` unit; it also applies to the ``value`` of
+    a ``fixed`` and the ``values`` of a ``choice`` distribution (those are drawn and stored
+    as they are), not to weights or other parameters. Compiled once per format, since a
+    workload has thousands of jobs of the same few types.
     """
-    if value is None:
-        return
     match info:
         case msgspec.inspect.Metadata():
-            inner = (info.extra or {}).get("exact", unit)
-            yield from _inexact(value, info.type, path, inner)
+            return _compile(info.type, (info.extra or {}).get("exact", unit))
+        case msgspec.inspect.FloatType() if unit is not None:
+            return functools.partial(_check_number, unit=unit)
         case msgspec.inspect.UnionType():
-            for option in info.types:
-                if _matches(value, option):
-                    yield from _inexact(value, option, path, unit)
-                    return
-        case msgspec.inspect.StructType():
-            for field in info.fields:
-                # a drawn value is stored as it is; weights and other parameters are not
-                carried = unit if field.name in ("value", "values") else None
-                yield from _inexact(
-                    getattr(value, field.name), field.type, f"{path}.{field.encode_name}", carried
-                )
+            return _compile_union(info, unit)
         case msgspec.inspect.ListType():
-            for index, item in enumerate(value):
-                yield from _inexact(item, info.item_type, f"{path}[{index}]", unit)
-        case msgspec.inspect.FloatType() | msgspec.inspect.IntType() if unit is not None:
-            scale, name = EXACT_UNITS[unit]
-            stored = Decimal(str(value)) * scale
-            if stored != stored.to_integral_value():
-                amount = "it" if unit == "whole" else f"{stored.normalize():f} {name}"
-                hint = _HINTS.get(path.rsplit(".", 1)[-1], "")
-                yield (
-                    f"{path}: {value} is not exact: the ledger stores whole {name}, and "
-                    f"{amount} would be rounded to {stored.to_integral_value()}{hint}"
-                )
+            return _compile_list(info, unit)
+        case msgspec.inspect.StructType():
+            return _compile_struct(info, unit)
+    return None
+
+
+def _compile_struct(info: Any, unit: str | None) -> Check | None:
+    fields = []
+    for field in info.fields:
+        carried = unit if field.name in ("value", "values") else None
+        check = _compile(field.type, carried)
+        if check is not None:
+            fields.append((field.name, f".{field.encode_name}", check))
+    if not fields:
+        return None
+
+    def check_struct(value: Any, path: str) -> str | None:
+        for name, key, check in fields:
+            item = getattr(value, name)
+            if item is not None and (problem := check(item, path + key)) is not None:
+                return problem
+        return None
+
+    return check_struct
+
+
+def _compile_list(info: Any, unit: str | None) -> Check | None:
+    item_check = _compile(info.item_type, unit)
+    if item_check is None:
+        return None
+
+    def check_list(value: Any, path: str) -> str | None:
+        for index, item in enumerate(value):
+            if (problem := item_check(item, f"{path}[{index}]")) is not None:
+                return problem
+        return None
+
+    return check_list
+
+
+def _compile_union(info: Any, unit: str | None) -> Check | None:
+    by_type: dict[type[Any], Check] = {}
+    for option in info.types:
+        check = _compile(option, unit)
+        inner = option
+        while isinstance(inner, msgspec.inspect.Metadata):
+            inner = inner.type
+        if check is None:
+            continue
+        if isinstance(inner, msgspec.inspect.StructType):
+            by_type[inner.cls] = check
+        elif isinstance(inner, msgspec.inspect.FloatType):
+            by_type[float] = by_type[int] = check
+    if not by_type:
+        return None
+
+    def check_union(value: Any, path: str) -> str | None:
+        check = by_type.get(type(value))
+        return None if check is None else check(value, path)
+
+    return check_union
+
+
+def _check_number(value: float, path: str, unit: str) -> str | None:
+    if isinstance(value, int):  # an integer scales exactly
+        return None
+    scale, name = EXACT_UNITS[unit]
+    stored = Decimal(str(value)) * scale
+    if stored == stored.to_integral_value():
+        return None
+    amount = "it" if unit == "whole" else f"{stored.normalize():f} {name}"
+    hint = _HINTS.get(path.rsplit(".", 1)[-1], "")
+    return (
+        f"{path}: {value} is not exact: the ledger stores whole {name}, and "
+        f"{amount} would be rounded to {stored.to_integral_value()}{hint}"
+    )
 
 
 _HINTS = {"deserved_percent": " (for a fraction of the GPUs give deserved_gpus, in milli-GPUs)"}
-
-
-def _matches(value: Any, info: Any) -> bool:
-    """Whether ``value`` decoded as the union member ``info``."""
-    while isinstance(info, msgspec.inspect.Metadata):
-        info = info.type
-    if isinstance(info, msgspec.inspect.StructType):
-        return type(value) is info.cls
-    if isinstance(info, msgspec.inspect.FloatType | msgspec.inspect.IntType):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return False
 
 
 def json_schema(kind: type[Any]) -> dict[str, Any]:
