@@ -8,9 +8,12 @@ seconds; the loaders convert to the ledger's integer units exactly.
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -33,6 +36,35 @@ fuzzing: an infinite duration crashed the conversion).
 
 NonNeg = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
 Positive = Annotated[float, msgspec.Meta(gt=0, le=MAX_QUANTITY)]
+
+
+def _exact(unit: str) -> msgspec.Meta:
+    """Metadata naming the integer unit a field is stored in (see ``EXACT_UNITS``)."""
+    return msgspec.Meta(extra={"exact": unit})
+
+
+EXACT_UNITS: dict[str, tuple[Decimal, str]] = {
+    "milli": (Decimal(1000), "milli-units (1/1000 GPU or core)"),
+    "mib": (Decimal(1024), "MiB"),
+    "ms": (Decimal(1000), "milliseconds"),
+    "whole": (Decimal(1), "numbers"),
+}
+"""Integer units the ledger stores numbers in: multiplier from the file's unit, and a name.
+
+A field annotated with ``_exact(unit)`` must convert to a whole number of that unit, so
+no value is rounded on its way to the ledger (``deserved_percent: 12.5`` or ``at_s:
+0.0004`` is refused with file, field and value instead of becoming 12 or 0). Fields of
+sampled distributions (means, medians, rates) are parameters, not stored amounts, and
+carry no unit.
+"""
+
+Milli = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("milli")]
+"""GPUs, cores or a plain factor, stored in thousandths."""
+GiB = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("mib")]
+"""Memory in GiB, stored in whole MiB."""
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY), _exact("ms")]
+"""A time or duration in seconds, stored in whole milliseconds."""
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_QUANTITY), _exact("ms")]
 Count = Annotated[int, msgspec.Meta(ge=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 """An integer the ledger can store (msgpack's signed 64 bits)."""
@@ -52,10 +84,10 @@ class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     count: Count
     gpus: Annotated[int, msgspec.Meta(ge=0, le=MAX_NODE_GPUS)]
     gpu_model: str = ""
-    gpu_memory_gib: NonNeg = 0
-    cpu: NonNeg = 0
+    gpu_memory_gib: GiB = 0
+    cpu: Milli = 0
     """Cores; 0 means CPU is not modelled on these nodes."""
-    memory_gib: NonNeg = 0
+    memory_gib: GiB = 0
     """0 means memory is not modelled on these nodes."""
     labels: dict[str, str] = {}
 
@@ -63,8 +95,8 @@ class NodeGroup(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Timing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """How long the simulated binder and kubelet take."""
 
-    bind_latency_s: NonNeg = 0.5
-    startup_s: NonNeg = 2.0
+    bind_latency_s: Seconds = 0.5
+    startup_s: Seconds = 2.0
 
 
 class ClusterFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -82,18 +114,20 @@ class QueueSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     name: str
     parent: str = ""
-    deserved_gpus: NonNeg | None = None
-    deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100)] | None = None
-    deserved_cpu: NonNeg = 0
-    deserved_memory_gib: NonNeg = 0
+    deserved_gpus: Milli | None = None
+    deserved_percent: Annotated[float, msgspec.Meta(ge=0, le=100), _exact("whole")] | None = None
+    """A whole percent of the parent's deserved GPUs (the ledger records an integer); for a
+    fraction give ``deserved_gpus`` in milli-GPU precision."""
+    deserved_cpu: Milli = 0
+    deserved_memory_gib: GiB = 0
     over_quota_weight: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 1
-    limit_gpus: NonNeg | None = None
-    limit_cpu: NonNeg | None = None
-    limit_memory_gib: NonNeg | None = None
+    limit_gpus: Milli | None = None
+    limit_cpu: Milli | None = None
+    limit_memory_gib: GiB | None = None
     priority: Int64 = 0
-    reclaim_min_runtime_s: NonNeg = 0
+    reclaim_min_runtime_s: Seconds = 0
     """Its jobs that started less than this ago are not reclaimed by other queues."""
-    preempt_min_runtime_s: NonNeg = 0
+    preempt_min_runtime_s: Seconds = 0
     """Its jobs that started less than this ago are not preempted within the queue."""
     placement: str = ""
     """``binpack`` or ``spread`` for its jobs (empty: the policy's)."""
@@ -171,23 +205,26 @@ Arrival = Poisson | Periodic
 PriorityClass = Literal["train", "build-preemptible", "build", "inference"]
 """The priority classes a workload file may name (KAI's; intake also takes a whole number)."""
 
+_LITERALS: dict[str, tuple[str, ...]] = {"priority_class": get_args(PriorityClass)}
+"""Accepted values of each enumerated field, for error messages."""
+
 
 class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """An explicit job."""
 
     name: str
     queue: str
-    at_s: NonNeg
-    runtime_s: Positive
+    at_s: Seconds
+    runtime_s: PositiveSeconds
     pods: Count = 1
-    gpus_per_pod: NonNeg = 1
-    cpu_per_pod: NonNeg = 0
-    memory_gib_per_pod: NonNeg = 0
+    gpus_per_pod: Milli = 1
+    cpu_per_pod: Milli = 0
+    memory_gib_per_pod: GiB = 0
     min_members: Annotated[int, msgspec.Meta(ge=0)] = 0
     priority_class: PriorityClass = "train"
     preemptible: bool | None = None
-    checkpoint_interval_s: Positive | None = None
-    expected_runtime_s: Positive | None = None
+    checkpoint_interval_s: PositiveSeconds | None = None
+    expected_runtime_s: PositiveSeconds | None = None
     node_selector: dict[str, str] = {}
 
 
@@ -197,17 +234,17 @@ class Generator(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     queue: str
     arrival: Arrival
-    runtime_s: Number
+    runtime_s: Annotated[Number, _exact("ms")]
     count: Annotated[int, msgspec.Meta(ge=0)] | None = None
     start_s: NonNeg = 0
     end_s: NonNeg | None = None
-    gang_size: Number = 1
-    gpus_per_pod: Number = 1
-    cpu_per_pod: NonNeg = 0
-    memory_gib_per_pod: NonNeg = 0
+    gang_size: Annotated[Number, _exact("whole")] = 1
+    gpus_per_pod: Annotated[Number, _exact("milli")] = 1
+    cpu_per_pod: Milli = 0
+    memory_gib_per_pod: GiB = 0
     priority_class: PriorityClass = "train"
     preemptible: bool | None = None
-    checkpoint_interval_s: Positive | None = None
+    checkpoint_interval_s: PositiveSeconds | None = None
     expected_runtime: bool = False
     """Tell the scheduler each job's true runtime as its expected runtime."""
     node_selector: dict[str, str] = {}
@@ -234,13 +271,13 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backfill: bool = True
     consolidation: bool = False
     stale_gang_eviction: bool = True
-    stale_gang_grace_s: NonNeg = 60
+    stale_gang_grace_s: Seconds = 60
     placement: str = "binpack"
-    half_life_s: NonNeg = 0
+    half_life_s: Seconds = 0
     """Time-based fair share half-life; 0 turns it off."""
-    k_value: NonNeg = 1.0
-    bind_backoff_s: NonNeg = 10
-    bind_backoff_max_s: NonNeg = 600
+    k_value: Milli = 1.0
+    bind_backoff_s: Seconds = 10
+    bind_backoff_max_s: Seconds = 600
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
@@ -281,13 +318,155 @@ def load(path: str | Path, kind: type[T]) -> T:
 
 
 def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
-    """Validate YAML text as ``kind``."""
+    """Validate YAML text as ``kind``: types, ranges, exact units, and a queue tree's shape.
+
+    Every error starts with ``source`` (the file's name) and names the field.
+    """
     try:
-        return msgspec.yaml.decode(raw, type=kind)
+        value = msgspec.yaml.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+        raise ConfigError(f"{source}: {_explain(str(exc))}") from exc
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    check = _exactness(kind)
+    problem = None if check is None else check(value, "$")
+    if problem is not None:
+        raise ConfigError(f"{source}: {problem}")
+    if isinstance(value, QueuesFile):
+        try:
+            queue_events(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    return value
+
+
+_ENUM = re.compile(r"^Invalid enum value (?P<value>.+) - at `(?P<path>[^`]+)`$")
+
+
+def _explain(message: str) -> str:
+    """msgspec's message, with the accepted values when it names an unknown enum value."""
+    found = _ENUM.match(message)
+    if found is None:
+        return message
+    field = found["path"].rsplit(".", 1)[-1]
+    accepted = _LITERALS.get(field)
+    if accepted is None:  # pragma: no cover - every Literal field of the formats is listed
+        return message
+    return (
+        f"{found['path']}: {found['value']} is not one of {', '.join(accepted)} "
+        f"(the accepted values of {field})"
+    )
+
+
+Check = Callable[[Any, str], "str | None"]
+"""A compiled check of a decoded value: the first problem with its field path, or None."""
+
+
+_CHECKS: dict[Any, Check | None] = {}
+
+
+def _exactness(kind: Any) -> Check | None:
+    """The check of every number of a format that the ledger keeps in an integer unit."""
+    if kind not in _CHECKS:
+        _CHECKS[kind] = _compile(msgspec.inspect.type_info(kind), None)
+    return _CHECKS[kind]
+
+
+def _compile(info: Any, unit: str | None) -> Check | None:
+    """A check for values of type ``info``; None when nothing in it needs one.
+
+    ``unit`` is the nearest enclosing ``_exact`` unit; it also applies to the ``value`` of
+    a ``fixed`` and the ``values`` of a ``choice`` distribution (those are drawn and stored
+    as they are), not to weights or other parameters. Compiled once per format, since a
+    workload has thousands of jobs of the same few types.
+    """
+    match info:
+        case msgspec.inspect.Metadata():
+            return _compile(info.type, (info.extra or {}).get("exact", unit))
+        case msgspec.inspect.FloatType() if unit is not None:
+            return functools.partial(_check_number, unit=unit)
+        case msgspec.inspect.UnionType():
+            return _compile_union(info, unit)
+        case msgspec.inspect.ListType():
+            return _compile_list(info, unit)
+        case msgspec.inspect.StructType():
+            return _compile_struct(info, unit)
+    return None
+
+
+def _compile_struct(info: Any, unit: str | None) -> Check | None:
+    fields = []
+    for field in info.fields:
+        carried = unit if field.name in ("value", "values") else None
+        check = _compile(field.type, carried)
+        if check is not None:
+            fields.append((field.name, f".{field.encode_name}", check))
+    if not fields:
+        return None
+
+    def check_struct(value: Any, path: str) -> str | None:
+        for name, key, check in fields:
+            item = getattr(value, name)
+            if item is not None and (problem := check(item, path + key)) is not None:
+                return problem
+        return None
+
+    return check_struct
+
+
+def _compile_list(info: Any, unit: str | None) -> Check | None:
+    item_check = _compile(info.item_type, unit)
+    if item_check is None:
+        return None
+
+    def check_list(value: Any, path: str) -> str | None:
+        for index, item in enumerate(value):
+            if (problem := item_check(item, f"{path}[{index}]")) is not None:
+                return problem
+        return None
+
+    return check_list
+
+
+def _compile_union(info: Any, unit: str | None) -> Check | None:
+    by_type: dict[type[Any], Check] = {}
+    for option in info.types:
+        check = _compile(option, unit)
+        inner = option
+        while isinstance(inner, msgspec.inspect.Metadata):
+            inner = inner.type
+        if check is None:
+            continue
+        if isinstance(inner, msgspec.inspect.StructType):
+            by_type[inner.cls] = check
+        elif isinstance(inner, msgspec.inspect.FloatType):
+            by_type[float] = by_type[int] = check
+    if not by_type:
+        return None
+
+    def check_union(value: Any, path: str) -> str | None:
+        check = by_type.get(type(value))
+        return None if check is None else check(value, path)
+
+    return check_union
+
+
+def _check_number(value: float, path: str, unit: str) -> str | None:
+    if isinstance(value, int):  # an integer scales exactly
+        return None
+    scale, name = EXACT_UNITS[unit]
+    stored = Decimal(str(value)) * scale
+    if stored == stored.to_integral_value():
+        return None
+    amount = "it" if unit == "whole" else f"{stored.normalize():f} {name}"
+    hint = _HINTS.get(path.rsplit(".", 1)[-1], "")
+    return (
+        f"{path}: {value} is not exact: the ledger stores whole {name}, and "
+        f"{amount} would be rounded to {stored.to_integral_value()}{hint}"
+    )
+
+
+_HINTS = {"deserved_percent": " (for a fraction of the GPUs give deserved_gpus, in milli-GPUs)"}
 
 
 def json_schema(kind: type[Any]) -> dict[str, Any]:
@@ -371,10 +550,11 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
             parent = by_name[parent].parent
     for name, spec in by_name.items():
         kids = [k for k in by_name.values() if k.parent == name]
-        kid_sum = sum(k.deserved_gpus or 0 for k in kids)
-        if spec.deserved_gpus is not None and kid_sum > spec.deserved_gpus:
+        # in milli-GPUs: a float sum (0.1 + 0.2) would exceed a parent's 0.3
+        kid_sum = sum(milli(k.deserved_gpus or 0, f"queue {k.name}") for k in kids)
+        if spec.deserved_gpus is not None and kid_sum > milli(spec.deserved_gpus, name):
             raise ConfigError(
-                f"queue {name}: children deserve {kid_sum:g} GPUs, "
+                f"queue {name}: children deserve {kid_sum / MILLI:g} GPUs, "
                 f"more than its {spec.deserved_gpus:g}"
             )
         pct = sum(k.deserved_percent or 0 for k in kids)

@@ -44,7 +44,10 @@ def register(sub: Any) -> None:
     p.add_argument("--out", required=True, help="workload.yaml to write")
     p.add_argument("--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")
     p.add_argument("--cluster-out", help="cluster.yaml to write from --nodes")
-    p.add_argument("--queues-out", help="queues.yaml to write: one queue per mapped queue")
+    p.add_argument(
+        "--queues-out",
+        help="queues.yaml to write: one queue per mapped queue (and parent), exact quotas",
+    )
     p.add_argument("--limit", type=int, help="keep the first N jobs by submission time")
     p.add_argument("--time-scale", type=float, help="multiply times by this (0.5 = 2x faster)")
     p.add_argument(
@@ -82,13 +85,13 @@ def _import(args: argparse.Namespace) -> int:
     try:
         mapping = load_mapping(args.mapping)
         mapping = _with_flags(mapping, args)
-        result = import_trace(args.format, args.file, mapping, args.limit)
+        cluster = import_nodes(args.nodes) if args.nodes else None
+        gpus = sum(g.count * g.gpus for g in cluster.nodes) if cluster is not None else None
+        result = import_trace(args.format, args.file, mapping, args.limit, gpus or None)
         outputs: list[tuple[Path, bytes]] = [(Path(args.out), encode(result.workload))]
         if args.queues_out:
-            outputs.append((Path(args.queues_out), encode(result.queues)))
-        cluster = None
-        if args.nodes:
-            cluster = import_nodes(args.nodes)
+            outputs.append((Path(args.queues_out), encode(result.queues())))
+        if cluster is not None:
             outputs.append((Path(args.cluster_out), encode(cluster)))
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
@@ -98,6 +101,8 @@ def _import(args: argparse.Namespace) -> int:
     summary = result.summary
     for line in summary.lines():
         _say(line)
+    for warning in summary.warnings:
+        sys.stderr.write(f"gpuledger: warning: {warning}\n")
     if cluster is not None:
         nodes = sum(g.count for g in cluster.nodes)
         gpus = sum(g.count * g.gpus for g in cluster.nodes)

@@ -23,8 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 import msgspec
 
@@ -87,6 +88,10 @@ class Columns(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A class key (QoS, priority) looked up in ``priority_classes``."""
     state: str | None = None
     """The job's final state, matched against ``exclude_states``."""
+    parent: str | None = None
+    """The tenant's parent (department, virtual cluster): a parent queue in ``--queues-out``."""
+    runtime_estimate: str | None = None
+    """The user's run-time estimate in seconds (see ``units.time``): ``expected_runtime_s``."""
 
 
 class Units(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -111,11 +116,19 @@ class Mapping(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Queue of tenants not in ``queues``; absent = a queue named after the tenant."""
     tenant: str = "vc"
     """Helios and Philly: which field is the tenant, ``vc`` or ``user``."""
+    parent: str | None = None
+    """Helios and Philly: the field (``vc`` or ``user``) naming each tenant's parent queue."""
     priority_classes: dict[str, str] = {}
     """Class key (Alibaba: QoS; csv: priority column; others: tenant) -> priority class."""
     default_priority_class: str = "train"
     deserved_percent: dict[str, Annotated[float, msgspec.Meta(ge=0, le=100)]] = {}
-    """Queue -> deserved GPU percent in the written queues.yaml; others share the rest."""
+    """Queue -> deserved GPU percent of its parent (fractions allowed); siblings share the rest."""
+    cluster_gpus: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """GPUs the written quotas divide when they are not whole percents (default: ``--nodes``)."""
+    submit_mode: Literal["absolute", "interval"] = "absolute"
+    """csv: the submit column holds times, or gaps since the previous row's submission."""
+    cpu_only: Literal["keep", "drop", "error"] = "keep"
+    """Jobs with 0 GPUs: kept as CPU-only pods, dropped (counted), or an error."""
     exclude_states: list[str] = []
     """Skip jobs whose final state is one of these (Alibaba pod_phase, Helios state, ...)."""
     columns: Columns = Columns()
@@ -139,10 +152,16 @@ def load_mapping(path: str | Path | None) -> Mapping:
                 f"{where}: priority class {cls!r} (for {key!r}) is not one of "
                 f"{', '.join(PRIORITY_CLASSES)} or an integer"
             )
-    if sum(mapping.deserved_percent.values()) > 100:
+    flat = mapping.parent is None and mapping.columns.parent is None
+    # with a hierarchy the percents are per level, checked among siblings by queues_for
+    if flat and sum(mapping.deserved_percent.values()) > 100:
         raise ConfigError(f"{where}: deserved_percent adds up to more than 100")
     if mapping.tenant not in ("vc", "user"):
         raise ConfigError(f"{where}: tenant must be vc or user, not {mapping.tenant!r}")
+    if mapping.parent is not None and mapping.parent not in ("vc", "user"):
+        raise ConfigError(f"{where}: parent must be vc or user, not {mapping.parent!r}")
+    if mapping.parent is not None and mapping.parent == mapping.tenant:
+        raise ConfigError(f"{where}: parent and tenant are both {mapping.tenant!r}")
     return mapping
 
 
@@ -176,6 +195,10 @@ class TraceJob:
     """Per pod."""
     where: str
     """``file:line`` (or ``file: job [i]``) for messages."""
+    parent: str = ""
+    """The tenant's parent (``Mapping.parent``, ``columns.parent``); empty: none."""
+    estimate_s: float | None = None
+    """The user's run-time estimate, when the trace has one."""
 
 
 @dataclass(slots=True)
@@ -363,6 +386,8 @@ def read_helios(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob
     """Helios ``cluster_log.csv``: ``node_num`` pods sharing ``gpu_num`` GPUs."""
     header = _header(path)
     required = ["job_id", "gpu_num", "node_num", "submit_time", mapping.tenant]
+    if mapping.parent is not None:
+        required.append(mapping.parent)
     if "duration" not in header:
         required += ["start_time", "end_time"]
     for row in _csv_rows(path, required):
@@ -382,6 +407,7 @@ def read_helios(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob
         yield TraceJob(
             name=row.text("job_id") or f"job-{row.line:06d}",
             tenant=tenant,
+            parent=row.text(mapping.parent) if mapping.parent is not None else "",
             class_key=tenant,
             state=row.text("state"),
             submit_s=submit,
@@ -479,9 +505,11 @@ def read_philly(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob
         else:  # uneven machines (8 + 4): identical pods cannot express it, keep one pod
             pods, gpu = 1, total * MILLI
         tenant = job.vc if mapping.tenant == "vc" else job.user
+        parent = {"vc": job.vc, "user": job.user, None: ""}[mapping.parent]
         yield TraceJob(
             name=job.jobid,
             tenant=tenant,
+            parent=parent,
             class_key=tenant,
             state=job.status,
             submit_s=submit,
@@ -510,11 +538,20 @@ def read_csv(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
         raise ConfigError("csv: the mapping must name columns.duration or columns.end")
     named = [cols.submit, cols.gpus, cols.gpus_per_pod, cols.pods, cols.duration, cols.start,
              cols.end, cols.tenant, cols.name, cols.cpu, cols.memory_gib, cols.priority,
-             cols.state]  # fmt: skip
+             cols.state, cols.parent, cols.runtime_estimate]  # fmt: skip
     required = [c for c in named if c is not None]
     gpu_unit = Decimal(str(units.gpus))
+    time_unit = Decimal(str(units.time))
+    elapsed = Decimal(0)  # interval mode: the running sum of the gaps, in the trace's unit
     for index, row in enumerate(_csv_rows(path, required)):
-        submit = row.time(cols.submit, units.time)
+        if mapping.submit_mode == "interval":
+            if not row.text(cols.submit):
+                raise row.error(cols.submit, "blank")
+            # gaps add up exactly in decimal; each row's time is the sum of all gaps so far
+            elapsed += row.number(cols.submit)
+            submit: float | None = float(elapsed / time_unit)
+        else:
+            submit = row.time(cols.submit, units.time)
         if submit is None:
             raise row.error(cols.submit, "blank")
         runtime = _runtime(row, cols.duration, cols.start, cols.end, submit, units.time)
@@ -544,9 +581,14 @@ def read_csv(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
                 str(units.memory_gib)
             )
         tenant = row.text(cols.tenant) if cols.tenant is not None else ""
+        estimate = None
+        if cols.runtime_estimate is not None and row.text(cols.runtime_estimate):
+            estimate = float(row.number(cols.runtime_estimate) / time_unit)
         yield TraceJob(
             name=(row.text(cols.name) if cols.name else "") or f"job-{index + 1:06d}",
             tenant=tenant,
+            parent=row.text(cols.parent) if cols.parent is not None else "",
+            estimate_s=estimate,
             class_key=row.text(cols.priority) if cols.priority is not None else tenant,
             state=row.text(cols.state) if cols.state is not None else "",
             submit_s=submit,
@@ -560,6 +602,14 @@ def read_csv(path: Path, skips: Skips, mapping: Mapping) -> Iterator[TraceJob]:
 
 
 # --------------------------------------------------------------------------- building
+
+
+SUBMIT_FIELDS = {
+    "alibaba-openb": "creation_time",
+    "helios": "submit_time",
+    "philly": "submitted_time",
+}
+"""The submit column of each fixed format (csv: ``columns.submit``), for warnings."""
 
 
 @dataclass(slots=True)
@@ -579,9 +629,13 @@ class Summary:
     """Jobs renamed ``<name>-2``, ... because the trace repeats their id."""
     limited: int = 0
     """Jobs dropped by ``limit``."""
+    cpu_only: int = 0
+    """Jobs with 0 GPUs kept as CPU-only pods (``cpu_only: keep``)."""
+    warnings: list[str] = field(default_factory=list)
+    """Things the import did that the trace may not mean (an out-of-order submit column)."""
 
     def lines(self) -> list[str]:
-        """The summary as printable lines."""
+        """The summary as printable lines (``warnings`` are printed apart, on stderr)."""
         out = [
             f"{self.jobs:,} jobs, {self.pods:,} pods, {self.gpu_milli / MILLI:,.1f} GPUs requested"
             f", submissions over {self.span_s / 86_400:,.2f} days ({self.span_s:,.0f} s)",
@@ -590,6 +644,8 @@ class Summary:
             "per priority class: "
             + ", ".join(f"{c} {n:,}" for c, n in sorted(self.per_class.items())),
         ]
+        if self.cpu_only:
+            out.append(f"kept {self.cpu_only:,} jobs with 0 GPUs as CPU-only pods (cpu_only: keep)")
         if self.limited:
             out.append(f"limit: left out the last {self.limited:,} jobs")
         if self.renamed:
@@ -608,24 +664,80 @@ def _shape_order(shapes: Counter[str]) -> list[tuple[str, int]]:
 
 
 @dataclass(slots=True)
+class Tenancy:
+    """The queue tree the jobs use: each leaf's parent and the work submitted to it."""
+
+    parent: dict[str, str] = field(default_factory=dict)
+    """Leaf queue -> parent queue ("" for a top-level leaf)."""
+    demand: Counter[str] = field(default_factory=Counter)
+    """Leaf queue -> GPU-milli-seconds submitted (breaks ties in rounding quotas)."""
+    first: dict[str, str] = field(default_factory=dict)
+    """Leaf queue -> where its first job is, for messages."""
+
+    def add(self, queue: str, parent: str, gpu_ms: int, where: str) -> None:
+        """Record a job of ``queue`` under ``parent``; a leaf keeps one parent."""
+        known = self.parent.get(queue)
+        if known is None:
+            self._check_new(queue, parent, where)
+            self.parent[queue] = known = parent
+            self.first[queue] = where
+        if known != parent:
+            raise ConfigError(
+                f"{where}: queue {queue!r} is under {parent or 'no parent'!r} here and under "
+                f"{known or 'no parent'!r} at {self.first[queue]}; map the tenant to one queue "
+                f"per parent (or leave it out of queues:)"
+            )
+        self.demand[queue] += gpu_ms
+
+    def _check_new(self, queue: str, parent: str, where: str) -> None:
+        """A new leaf's name must not be a parent's, nor its parent a leaf's."""
+        parents = set(self.parent.values())
+        for clash in (queue if queue in parents else "", parent if parent in self.parent else ""):
+            if clash:
+                raise ConfigError(
+                    f"{where}: {clash!r} names both a parent queue and a tenant's queue"
+                )
+
+
+@dataclass(slots=True)
 class TraceImport:
-    """The result of an import: the workload, a queues file for it, and the summary."""
+    """The result of an import: the workload, the queue tree it uses, and the summary."""
 
     workload: WorkloadFile
-    queues: QueuesFile
+    tenancy: Tenancy
+    mapping: Mapping
     summary: Summary
+    cluster_gpus: int | None = None
+    """GPUs of the cluster the trace runs on (``--nodes``), unless the mapping gives them."""
+
+    def queues(self) -> QueuesFile:
+        """``queues.yaml`` for the jobs: exact quotas (``queues_for``)."""
+        total = self.mapping.cluster_gpus or self.cluster_gpus
+        return queues_for(self.tenancy, self.mapping, total)
 
 
 def import_trace(
-    fmt: str, path: str | Path, mapping: Mapping | None = None, limit: int | None = None
+    fmt: str,
+    path: str | Path,
+    mapping: Mapping | None = None,
+    limit: int | None = None,
+    cluster_gpus: int | None = None,
 ) -> TraceImport:
-    """Read a trace of format ``fmt`` (one of ``FORMATS``) into simulator inputs."""
+    """Read a trace of format ``fmt`` (one of ``FORMATS``) into simulator inputs.
+
+    ``cluster_gpus`` is the size of the cluster the quotas divide when they cannot be whole
+    percents (a ``cluster_gpus`` in the mapping takes precedence).
+    """
     mapping = mapping or Mapping()
+    if fmt != "csv" and mapping.submit_mode != "absolute":
+        raise ConfigError(f"{fmt}: submit_mode {mapping.submit_mode} is for csv traces only")
     source = Path(path)
     skips = Skips()
     rows: Iterator[TraceJob]
     match fmt:
         case "alibaba-openb":
+            if mapping.parent is not None or mapping.columns.parent is not None:
+                raise ConfigError("alibaba-openb: the trace has no tenant hierarchy (parent)")
             rows = read_alibaba(source, skips)
         case "helios":
             rows = read_helios(source, skips, mapping)
@@ -635,22 +747,57 @@ def import_trace(
             rows = read_csv(source, skips, mapping)
         case _:
             raise ConfigError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    return build(rows, mapping, skips, limit if limit is not None else mapping.limit)
+    column = SUBMIT_FIELDS.get(fmt, mapping.columns.submit)
+    # only a csv column can hold gaps instead of times (submit_mode)
+    gaps = fmt == "csv" and mapping.submit_mode == "absolute"
+    result = build(
+        rows, mapping, skips, limit if limit is not None else mapping.limit, column, gaps
+    )
+    result.cluster_gpus = cluster_gpus
+    return result
 
 
 def build(
-    rows: Iterator[TraceJob], mapping: Mapping, skips: Skips, limit: int | None = None
+    rows: Iterator[TraceJob],
+    mapping: Mapping,
+    skips: Skips,
+    limit: int | None = None,
+    submit_column: str = "submit",
+    maybe_gaps: bool = False,
 ) -> TraceImport:
-    """Apply the mapping to trace rows: filter, sort, limit, shift time, name queues."""
+    """Apply the mapping to trace rows: filter, sort, limit, shift time, name queues.
+
+    Rows come in file order; a submission earlier than one above it is counted and warned
+    about, naming ``submit_column`` (and ``submit_mode: interval`` when ``maybe_gaps``).
+    """
     excluded = set(mapping.exclude_states)
     kept: list[TraceJob] = []
+    summary = Summary(skips=skips)
+    backwards, first_backwards, latest = 0, "", float("-inf")
     for job in rows:
+        if job.submit_s < latest:
+            backwards += 1
+            first_backwards = first_backwards or job.where
+        latest = max(latest, job.submit_s)
         if job.state in excluded:
             skips.add(f"state {job.state} excluded by the mapping", job.where)
             continue
+        if job.gpu_milli == 0:
+            if mapping.cpu_only == "drop":
+                skips.add("0 GPUs (cpu_only: drop)", job.where)
+                continue
+            if mapping.cpu_only == "error":
+                raise ConfigError(f"{job.where}: the job asks for 0 GPUs (cpu_only: error)")
         kept.append(job)
+    if backwards:
+        hint = ""
+        if maybe_gaps:
+            hint = "; if it holds gaps between submissions, set submit_mode: interval"
+        summary.warnings.append(
+            f"column {submit_column!r} is not in order: {backwards:,} rows submit before an "
+            f"earlier row (first: {first_backwards}); the jobs are sorted by it{hint}"
+        )
     kept.sort(key=lambda j: j.submit_s)  # stable: ties keep file order
-    summary = Summary(skips=skips)
     if limit is not None and len(kept) > limit:
         summary.limited = len(kept) - limit
         kept = kept[:limit]
@@ -658,6 +805,7 @@ def build(
     scale = mapping.time_scale
     defaults = dict(ALIBABA_CLASSES)
     names: Counter[str] = Counter()
+    tenancy = Tenancy()
     specs: list[JobSpec] = []
     for job in kept:
         names[job.name] += 1
@@ -665,68 +813,181 @@ def build(
         if names[name] > 1:
             name = f"{job.name}-{names[job.name]}"
             summary.renamed += 1
-        queue = _queue(job.tenant, mapping)
+        queue, parent = _queue(job, mapping)
         cls = mapping.priority_classes.get(job.class_key) or defaults.get(job.class_key)
         cls = cls or mapping.default_priority_class
         # a pod that lived less than a second (or whose clock ran backwards) still ran
-        runtime = max(1.0, job.runtime_s) * scale
+        runtime = max(0.001, _seconds(max(1.0, job.runtime_s) * scale))
+        estimate = None
+        if job.estimate_s is not None:
+            estimate = max(0.001, _seconds(job.estimate_s * scale))
         specs.append(
             JobSpec(
                 name=name,
                 queue=queue,
                 at_s=_seconds((job.submit_s - origin) * scale),
-                runtime_s=max(0.001, _seconds(runtime)),
+                runtime_s=runtime,
                 pods=job.pods,
                 gpus_per_pod=_human(job.gpu_milli, MILLI),
                 cpu_per_pod=_human(job.cpu_milli, MILLI),
                 memory_gib_per_pod=_human(job.memory_mib, 1024),
                 priority_class=_priority_class(cls),
+                expected_runtime_s=estimate,
             )
         )
+        total = job.pods * job.gpu_milli
+        tenancy.add(queue, parent, total * round(runtime * 1000), job.where)
         summary.jobs += 1
         summary.pods += job.pods
-        summary.gpu_milli += job.pods * job.gpu_milli
+        summary.gpu_milli += total
         summary.per_queue[queue] += 1
         summary.per_class[cls] += 1
-        total = job.pods * job.gpu_milli
+        summary.cpu_only += total == 0
         shape = "fractional" if 0 < total < MILLI else f"{total / MILLI:g}"
         summary.gpu_shapes[shape] += 1
     span = specs[-1].at_s if specs else 0.0
     summary.span_s = span
     workload = WorkloadFile(seed=0, horizon_s=max(1, span), jobs=specs)
-    return TraceImport(workload, queues_for(sorted(summary.per_queue), mapping), summary)
+    return TraceImport(workload, tenancy, mapping, summary)
 
 
-def _queue(tenant: str, mapping: Mapping) -> str:
-    if tenant in mapping.queues:
-        return mapping.queues[tenant]
-    if mapping.default_queue:
-        return mapping.default_queue
-    # a queue per tenant: lower case, one dash for any run of other characters
+def _queue(job: TraceJob, mapping: Mapping) -> tuple[str, str]:
+    """(queue, parent queue) of a job: the mapping's names, else names from the trace's.
+
+    A tenant named in ``queues:`` gets that queue as it is; any other gets
+    ``default_queue`` or its own name, prefixed with its parent's queue when it has one
+    (``vc1-alice``), since the same user may work in several parents.
+    """
+    parent = ""
+    if job.parent:
+        parent = mapping.queues.get(job.parent) or _queue_name(job.parent)
+    if job.tenant in mapping.queues:
+        return mapping.queues[job.tenant], parent
+    leaf = mapping.default_queue or _queue_name(job.tenant)
+    return (f"{parent}-{leaf}" if parent else leaf), parent
+
+
+def _queue_name(tenant: str) -> str:
+    """A queue per tenant: lower case, one dash for any run of other characters."""
     return re.sub(r"[^a-z0-9]+", "-", tenant.lower()).strip("-") or "default"
 
 
-def queues_for(names: list[str], mapping: Mapping) -> QueuesFile:
-    """One top-level queue per name: the mapping's percentages, the rest shared equally.
+def queues_for(tenancy: Tenancy, mapping: Mapping, cluster_gpus: int | None) -> QueuesFile:
+    """The queue tree of the jobs with exact deserved quotas, parents before their children.
 
-    Whole percents (the ledger records ``deserved_gpu_percent`` as an integer); the first
-    queues take the remainder so the shares add up to exactly 100.
+    Each queue's share of its parent is the mapping's ``deserved_percent`` (fractions
+    allowed), or an equal part of what its siblings leave. When every share is a whole
+    percent the file says ``deserved_percent`` (it then scales with the cluster); otherwise
+    it says ``deserved_gpus`` of ``cluster_gpus``, exact to the milli-GPU the ledger keeps:
+    each queue gets the floor of its share and the milli-GPUs left over go by largest
+    remainder, then to the queue with more submitted work, then by name. A queue with jobs
+    never deserves 0 unless the mapping gives it 0.
     """
-    given = dict(mapping.deserved_percent)
-    everyone = sorted({*names, *given})
-    rest = [q for q in everyone if q not in given]
-    left = max(0, 100 - int(sum(given.values())))
-    share: dict[str, float] = dict(given)
-    if rest:
-        base, extra = divmod(left, len(rest))
-        for index, name in enumerate(rest):
-            share[name] = base + (1 if index < extra else 0)
-    return QueuesFile(
-        queues=[
-            QueueSpec(name=q, deserved_percent=int(p) if float(p).is_integer() else p)
-            for q, p in ((q, share[q]) for q in everyone)
-        ]
-    )
+    children: dict[str, list[str]] = {}
+    for leaf, parent in tenancy.parent.items():
+        children.setdefault(parent, []).append(leaf)
+        children.setdefault(leaf, [])
+        if parent:
+            children.setdefault("", []).append(parent)
+    for name in mapping.deserved_percent:
+        if name not in children:  # named in the mapping but without jobs: top-level
+            children[name] = []
+            children.setdefault("", []).append(name)
+    for group in children.values():
+        group[:] = sorted(set(group))
+    demand: Counter[str] = Counter(tenancy.demand)
+    for leaf, parent in tenancy.parent.items():
+        if parent:
+            demand[parent] += tenancy.demand[leaf]
+    busy = set(tenancy.parent) | {p for p in tenancy.parent.values() if p}
+    share: dict[str, Fraction] = {}
+    for parent, group in children.items():
+        share.update(_split(parent, group, mapping, busy))
+    percent = {q: s * 100 for q, s in share.items()}
+    if all(p.denominator == 1 for p in percent.values()):
+        amounts = {q: _human(p.numerator, 1) for q, p in percent.items()}
+        percent_mode = True
+    else:
+        if cluster_gpus is None:
+            odd = sorted(q for q, p in percent.items() if p.denominator != 1)
+            of = (
+                f"of {tenancy.parent[odd[0]]!r}" if tenancy.parent.get(odd[0]) else "of the cluster"
+            )
+            raise ConfigError(
+                f"--queues-out: the share of {odd[0]!r} is {_pct(percent[odd[0]])} {of}, "
+                f"not a whole percent, and the ledger records whole percents; give "
+                f"the cluster's GPUs (--nodes, or cluster_gpus: in the mapping) to write exact "
+                f"deserved_gpus, or deserved_percent: in the mapping"
+            )
+        milli_of: dict[str, int] = {"": cluster_gpus * MILLI}
+        for parent in _top_down(children):
+            milli_of.update(_divide(milli_of[parent], children[parent], share, demand))
+        del milli_of[""]
+        for queue in sorted(busy):
+            if milli_of[queue] == 0 and queue not in mapping.deserved_percent:
+                raise ConfigError(
+                    f"--queues-out: queue {queue!r} has jobs but its share of {cluster_gpus} "
+                    f"GPUs is below 1/1000 GPU; give it deserved_percent: in the mapping"
+                )
+        amounts = {q: _human(m, MILLI) for q, m in milli_of.items()}
+        percent_mode = False
+    ordered = [q for p in _top_down(children) for q in children[p]]
+    specs = []
+    for queue in ordered:
+        parent = tenancy.parent.get(queue, "")
+        if percent_mode:
+            specs.append(QueueSpec(name=queue, parent=parent, deserved_percent=amounts[queue]))
+        else:
+            specs.append(QueueSpec(name=queue, parent=parent, deserved_gpus=amounts[queue]))
+    return QueuesFile(queues=specs)
+
+
+def _pct(value: Fraction) -> str:
+    return f"{float(value):.4g} %"
+
+
+def _split(parent: str, group: list[str], mapping: Mapping, busy: set[str]) -> dict[str, Fraction]:
+    """Each sibling's share of ``parent``: the mapping's percent, or an equal part of the rest."""
+    given = {q: Fraction(Decimal(str(mapping.deserved_percent[q]))) / 100 for q in group
+             if q in mapping.deserved_percent}  # fmt: skip
+    rest = [q for q in group if q not in given]
+    left = 1 - sum(given.values(), Fraction(0))
+    if left < 0:
+        whose = f"children of {parent!r}" if parent else "top-level queues"
+        raise ConfigError(f"mapping: deserved_percent of the {whose} adds up to more than 100")
+    starved = [q for q in rest if q in busy]
+    if starved and left == 0:
+        raise ConfigError(
+            f"--queues-out: deserved_percent gives all of {parent or 'the cluster'!r} to "
+            f"{', '.join(sorted(given))}, so {starved[0]!r}, which has jobs, would deserve 0; "
+            f"give it deserved_percent: 0 in the mapping if that is meant"
+        )
+    out = dict(given)
+    for queue in rest:
+        out[queue] = left / len(rest)
+    return out
+
+
+def _top_down(children: dict[str, list[str]]) -> list[str]:
+    """Parents in the order their quotas must be divided: the root, then each level."""
+    order, frontier = [], [""]
+    while frontier:
+        order.extend(frontier)
+        frontier = [c for p in frontier for c in children.get(p, []) if children.get(c)]
+    return order
+
+
+def _divide(
+    amount: int, group: list[str], share: dict[str, Fraction], demand: Counter[str]
+) -> dict[str, int]:
+    """``amount`` milli-GPUs among ``group`` by ``share``: floors, then largest remainders."""
+    exact = {q: amount * share[q] for q in group}
+    out = {q: int(v) for q, v in exact.items()}  # floor: shares are non-negative
+    target = int(sum(exact.values(), Fraction(0)))
+    ranked = sorted(group, key=lambda q: (-(exact[q] - out[q]), -demand[q], q))
+    for queue in ranked[: target - sum(out.values())]:
+        out[queue] += 1
+    return out
 
 
 def _seconds(value: float) -> float:

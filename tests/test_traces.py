@@ -253,10 +253,9 @@ def test_philly_last_attempt_and_skipped_jobs(tmp_path: Path) -> None:
 
 
 def test_generic_csv_with_a_mapping_file(tmp_path: Path) -> None:
-    code, out, queues = _import_cli(
-        tmp_path, "--format", "csv", str(DATA / "generic.csv"),
-        "--mapping", str(DATA / "generic-mapping.yaml"),
-    )  # fmt: skip
+    out = tmp_path / "workload.yaml"
+    code = main(["trace", "import", "--format", "csv", str(DATA / "generic.csv"),
+                 "--mapping", str(DATA / "generic-mapping.yaml"), "--out", str(out)])  # fmt: skip
     assert code == 0
     # milliseconds -> seconds, MiB -> GiB, job totals split over workers; row c has no
     # duration (skipped), e is excluded by state, d has no team (default queue shared)
@@ -285,8 +284,33 @@ def test_generic_csv_with_a_mapping_file(tmp_path: Path) -> None:
           runtime_s: 90
           gpus_per_pod: 3
         """)
-    # whole percents that add up to exactly 100
-    assert [q.deserved_percent for q in load(queues, QueuesFile).queues] == [34, 33, 33]
+
+
+def test_quotas_that_are_not_whole_percents_need_the_cluster_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _fails(
+        tmp_path, capsys, "--format", "csv", str(DATA / "generic.csv"),
+        "--mapping", str(DATA / "generic-mapping.yaml"), "--queues-out", str(tmp_path / "q.yaml"),
+    )  # fmt: skip
+    assert "the share of 'language' is 33.33 % of the cluster, not a whole percent" in err
+    assert "--nodes, or cluster_gpus:" in err
+
+
+def test_thirds_of_a_cluster_are_exact_milli_gpus_and_the_odd_one_follows_the_work(
+    tmp_path: Path,
+) -> None:
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text((DATA / "generic-mapping.yaml").read_text() + "cluster_gpus: 64\n")
+    code, _, queues = _import_cli(
+        tmp_path, "--format", "csv", str(DATA / "generic.csv"), "--mapping", str(mapping)
+    )
+    assert code == 0
+    # 64,000 milli-GPUs / 3 leaves one over; it goes to the queue that submitted the most
+    # GPU-seconds (shared: 3 GPUs x 90 s), not to the name that sorts first (language)
+    assert [(q.name, q.deserved_gpus) for q in load(queues, QueuesFile).queues] == [
+        ("language", 21.333), ("shared", 21.334), ("vision", 21.333),
+    ]  # fmt: skip
 
 
 def test_generic_csv_columns_from_flags_and_end_times(tmp_path: Path) -> None:
@@ -402,9 +426,11 @@ def test_mapping_errors(tmp_path: Path) -> None:
 
 
 def test_encoded_files_decode_to_the_same_structs() -> None:
-    result = import_trace("csv", DATA / "generic.csv", load_mapping(DATA / "generic-mapping.yaml"))
+    result = import_trace(
+        "csv", DATA / "generic.csv", load_mapping(DATA / "generic-mapping.yaml"), cluster_gpus=10
+    )
     assert parse(encode(result.workload), WorkloadFile) == result.workload
-    assert parse(encode(result.queues), QueuesFile) == result.queues
+    assert parse(encode(result.queues()), QueuesFile) == result.queues()
     assert msgspec.structs.asdict(result.workload)["seed"] == 0
 
 

@@ -8,6 +8,9 @@
 | gang larger than the cluster | accepted; the cycle rejects it: final ``job_unschedulable`` | loaded; same decision | exit 0, job unschedulable | final decision |
 | ``min_members`` above the gang | refused | ``ConfigError`` | exit 2 | never raises |
 | duplicate job id | refused | ``ConfigError`` | exit 2 | first submission wins |
+| unknown ``priority_class`` | refused, with the accepted classes | ``ConfigError`` naming file, field and the accepted values | exit 2 | taken as ``train`` (intake refuses it first) |
+| a number the ledger cannot hold exactly (``deserved_percent: 12.5``, ``at_s: 0.0004``) | integers by type | ``ConfigError`` naming file, field, value and what it would be rounded to | exit 2 | — |
+| undefined parent | refused: unknown parent | ``ConfigError`` naming the file | exit 2 | a queue whose parent is missing is top-level |
 | events out of order | refused: unknown job / pod / queue / parent / node; decisions refused at intake | file order does not matter (parents first) | — | ignores them; time never runs backwards |
 
 Every row that intake refuses is also folded straight into the core (as a ledger imported
@@ -403,6 +406,31 @@ YAML: list[tuple[str, type, str, str]] = [
         "duplicate job name 'g-00000'",
     ),
     (
+        "unknown-priority-class",
+        WorkloadFile,
+        "jobs:\n  - {name: j, queue: q, at_s: 0, runtime_s: 5, priority_class: inferense}\n",
+        "input.yaml: $.jobs[0].priority_class: 'inferense' is not one of train, "
+        "build-preemptible, build, inference",
+    ),
+    (
+        "fractional-percent",
+        QueuesFile,
+        "queues:\n  - {name: a, deserved_percent: 12.5}\n",
+        "input.yaml: $.queues[0].deserved_percent: 12.5 is not exact",
+    ),
+    (
+        "sub-millisecond-time",
+        WorkloadFile,
+        "jobs:\n  - {name: j, queue: q, at_s: 0.0004, runtime_s: 5}\n",
+        "input.yaml: $.jobs[0].at_s: 0.0004 is not exact",
+    ),
+    (
+        "undefined-parent-names-the-file",
+        QueuesFile,
+        "queues:\n  - {name: a, parent: ghost}\n",
+        "input.yaml: queue a: parent 'ghost' is not defined",
+    ),
+    (
         "duplicate-node",
         ClusterFile,
         "nodes:\n  - {name: a, count: 1, gpus: 8}\n  - {name: a, count: 2, gpus: 8}\n",
@@ -475,6 +503,24 @@ CLI: list[tuple[str, dict[str, str], int, str]] = [
         "$.jobs[0].runtime_s",
     ),
     ("inf-startup", {"cluster": CLUSTER + "timing: {startup_s: .inf}\n"}, 2, "$.timing.startup_s"),
+    (
+        "unknown-priority-class",
+        {"workload": WORKLOAD.replace("}", ", priority_class: inferense}")},
+        2,
+        "workload.yaml: $.jobs[0].priority_class: 'inferense' is not one of train,",
+    ),
+    (
+        "fractional-percent",
+        {"queues": "queues:\n  - {name: q, deserved_percent: 12.5}\n"},
+        2,
+        "queues.yaml: $.queues[0].deserved_percent: 12.5 is not exact",
+    ),
+    (
+        "undefined-parent",
+        {"queues": QUEUES + "  - {name: r, parent: ghost}\n"},
+        2,
+        "queues.yaml: queue r: parent 'ghost' is not defined",
+    ),
     (
         "duplicate-job",
         {"workload": WORKLOAD + "  - {name: j, queue: q, at_s: 5, runtime_s: 60}\n"},
