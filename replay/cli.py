@@ -83,7 +83,9 @@ def register(sub: Any) -> None:
     p.add_argument("--queues", required=True, help="queues.yaml")
     p.add_argument("--workload", required=True, help="workload.yaml")
     p.add_argument(
-        "--policies", default="gpuledger,drf,fifo", help="comma-separated (default: all three)"
+        "--policies",
+        default=",".join(POLICIES),
+        help=f"comma-separated (default: {','.join(POLICIES)})",
     )
     p.add_argument("--policy-file", help="policy.yaml knobs for the gang policy")
     p.add_argument("--out", default="out/compare", help="ledgers, compare.json, compare.html")

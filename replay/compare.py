@@ -17,9 +17,28 @@ from typing import Any
 
 from events.filelog import FileLedger, LedgerDirReader
 from projections.report import Column, Unit, render_table
-from replay.config import ClusterFile, PolicyFile, QueuesFile, WorkloadFile, policy_event
-from replay.metrics import HOUR_MS, collect, tenant_rows, unallocated_gpu_hours, utilisation
+from replay.config import (
+    ClusterFile,
+    PolicyFile,
+    QueuesFile,
+    WorkloadFile,
+    node_events,
+    policy_event,
+    queue_events,
+)
+from replay.conservation import ConservationMonitor
+from replay.metrics import (
+    HOUR_MS,
+    collect,
+    percentile,
+    tenant_rows,
+    unallocated_gpu_hours,
+    utilisation,
+)
 from replay.sim import Simulation
+from scheduler.core import State
+from scheduler.core.apply import apply
+from scheduler.core.fairshare import fair_shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +54,10 @@ class Run:
     utilisation_series: list[tuple[float, float]]
     depth_series: list[tuple[float, float]]
     jobs: dict[str, dict[str, Any]]
+    summary: dict[str, Any]
+    """The policy's headline figures (``summarise``)."""
+    demand: dict[str, dict[str, float]]
+    """Per leaf queue: deserved GPUs and the GPUs its work asks for on average."""
 
 
 def _downsample(points: list[tuple[float, float]], limit: int = 400) -> list[tuple[float, float]]:
@@ -54,8 +77,11 @@ def run_policy(
 ) -> Run:
     """Simulate one policy into ``ledger`` and summarise it (runs in a worker process)."""
     started = time.perf_counter()
+    monitor = ConservationMonitor()
     with FileLedger.open(ledger) as writer:
-        Simulation(cluster, queues, workload, policy_event(policy, knobs), writer).run()
+        sim = Simulation(cluster, queues, workload, policy_event(policy, knobs), writer)
+        result = sim.run(observe=monitor.observe)
+    seconds = time.perf_counter() - started
     m = collect(LedgerDirReader(ledger).read(0))
     util = [(at / 1000, allocated / cap if cap else 0.0) for at, allocated, cap in m.utilisation]
     total: dict[str, int] = {}
@@ -76,17 +102,62 @@ def run_policy(
         }
         for j in m.jobs.values()
     }
+    work: dict[str, int] = {}
+    for sim_job in sim.jobs:
+        gpus = sum(p.gpu_milli for p in sim_job.submitted.pods)
+        work[sim_job.submitted.queue] = (
+            work.get(sim_job.submitted.queue, 0) + gpus * sim_job.runtime_ms
+        )
+    span = max(result.end_ms, 1)
+    deserved = deserved_gpus(cluster, queues)
+    demand = {
+        q: {"deserved_gpus": deserved.get(q, 0) / 1000, "demand_gpus": w / 1000 / span}
+        for q, w in sorted(work.items())
+    }
     return Run(
         policy=policy,
         ledger=ledger,
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         tenants=tenant_rows(m),
         utilisation=utilisation(m),
         unallocated_gpu_h=unallocated_gpu_hours(m),
         utilisation_series=_downsample(util),
         depth_series=_downsample(depth),
         jobs=jobs,
+        summary=summarise(m, monitor, result.cycles),
+        demand=demand,
     )
+
+
+def summarise(m: Any, monitor: ConservationMonitor, cycles: int) -> dict[str, Any]:
+    """A policy's headline figures: waits, lost work as a share of all GPU time allocated,
+    preemptions, and idle time while a fitting job waited (``replay.conservation``)."""
+    waits = [j.time_to_ready_ms / 1000 for j in m.jobs.values() if j.time_to_ready_ms is not None]
+    allocated = sum(j.allocated_gpu_ms for j in m.jobs.values())
+    lost = sum(j.lost_gpu_ms for j in m.jobs.values())
+    return {
+        "jobs": len(m.jobs),
+        "ready": len(waits),
+        "wait_avg_s": sum(waits) / len(waits) if waits else None,
+        "wait_p50_s": percentile(waits, 0.5),
+        "wait_p90_s": percentile(waits, 0.9),
+        "lost_gpu_h": lost / HOUR_MS,
+        "lost_share": lost / allocated if allocated else 0.0,
+        "preemptions": sum(j.preemptions for j in m.jobs.values()),
+        "idle_fit_min": monitor.waiting_minutes,
+        "idle_fit_by_rule_min": monitor.held_by_rule_ms / 60_000,
+        "idle_fit_gpu_h": monitor.idle_gpu_hours,
+        "cycles": cycles,
+    }
+
+
+def deserved_gpus(cluster: ClusterFile, queues: QueuesFile) -> dict[str, int]:
+    """Each queue's deserved milli-GPUs on this cluster (the core's division)."""
+    state = State()
+    for event in [*node_events(cluster), *queue_events(queues)]:
+        apply(state, event, 0)
+    shares = fair_shares(state)
+    return {name: shares.deserved[name][0] for name in state.queues}
 
 
 def compare(
@@ -139,14 +210,84 @@ def table(runs: Sequence[Run]) -> str:
         for queue in [r["queue"] for r in runs[0].tenants]
         for run in runs
     ]
-    text = [render_table(rows, columns)]
-    text.append("")
-    for run in runs:
-        text.append(
-            f"{run.policy:<10} GPU utilisation {100 * run.utilisation:5.1f}%  "
-            f"unallocated {run.unallocated_gpu_h:8.1f} GPU-h  ({run.seconds:.1f} s)"
-        )
+    text = [render_table(rows, columns), "", summary_table(runs), "", demand_table(runs)]
     return "\n".join(text)
+
+
+SUMMARY: tuple[Column, ...] = (
+    Column("policy", unit="text"),
+    Column("wait_avg_s", "avg wait", "duration"),
+    Column("wait_p50_s", "p50 wait", "duration"),
+    Column("wait_p90_s", "p90 wait", "duration"),
+    Column("util_pct", "GPU util %", "number"),
+    Column("lost_gpu_h", "lost GPU-h", "hours"),
+    Column("lost_pct", "lost %", "number"),
+    Column("preemptions", "preempt", "count"),
+    Column("idle_fit_min", "idle-fit min", "number"),
+    Column("idle_fit_by_rule_min", "by rule min", "number"),
+    Column("idle_fit_gpu_h", "idle-fit GPU-h", "hours"),
+    Column("seconds", "sim s", "number"),
+)
+"""One row per policy. ``lost %``: GPU time thrown away by preemption over all GPU time
+allocated. ``idle-fit min``: minutes with free GPUs outside reservations while
+a pending job that fits them waited; ``by rule min``: of those, minutes where every such
+job was held by its queue's limit or the non-preemptible quota rule."""
+
+
+def summary_table(runs: Sequence[Run]) -> str:
+    """The headline figures, one row per policy."""
+    rows = [
+        {
+            **run.summary,
+            "policy": run.policy,
+            "util_pct": 100 * run.utilisation,
+            "lost_pct": 100 * run.summary["lost_share"],
+            "seconds": run.seconds,
+        }
+        for run in runs
+    ]
+    return render_table(rows, list(SUMMARY))
+
+
+def demand_table(runs: Sequence[Run]) -> str:
+    """Per queue: what it deserves against what its work asks for on average, and its p90
+    wait under each policy with the ratio to fifo's (a queue asking more than it deserves
+    borrows, and may wait longer by what its share explains)."""
+    first = runs[0]
+    fifo = next((r for r in runs if r.policy == "fifo"), None)
+    rows: list[dict[str, Any]] = []
+    for queue, d in first.demand.items():
+        row: dict[str, Any] = {
+            "queue": queue,
+            "deserved": d["deserved_gpus"],
+            "demand": d["demand_gpus"],
+            "within": "yes" if d["demand_gpus"] <= d["deserved_gpus"] else "borrows",
+        }
+        base = _p90(fifo, queue) if fifo is not None else None
+        for run in runs:
+            p90 = _p90(run, queue)
+            row[run.policy] = p90
+            if base is not None and p90 is not None and run is not fifo:
+                row[f"{run.policy}/fifo"] = p90 / base if base > 0 else None
+        rows.append(row)
+    columns = [
+        Column("queue", unit="text"),
+        Column("deserved", "deserved GPUs", "number"),
+        Column("demand", "avg demand GPUs", "number"),
+        Column("within", "demand", "text"),
+        *(Column(run.policy, f"p90 {run.policy}", "duration") for run in runs),
+        *(
+            Column(f"{run.policy}/fifo", f"{run.policy}/fifo", "number")
+            for run in runs
+            if fifo is not None and run is not fifo
+        ),
+    ]
+    return render_table(rows, columns)
+
+
+def _p90(run: Run, queue: str) -> float | None:
+    row = next((r for r in run.tenants if r["queue"] == queue), None)
+    return None if row is None else row.get("ttr_p90_s")
 
 
 def to_json(runs: Sequence[Run]) -> dict[str, Any]:
@@ -157,6 +298,8 @@ def to_json(runs: Sequence[Run]) -> dict[str, Any]:
             "seconds": run.seconds,
             "utilisation": run.utilisation,
             "unallocated_gpu_h": run.unallocated_gpu_h,
+            "summary": run.summary,
+            "demand": run.demand,
             "tenants": run.tenants,
         }
         for run in runs

@@ -45,7 +45,7 @@ SNAPSHOT_FORMAT = 2
 MIGRATES = frozenset({1})
 """Older formats ``decode_snapshot`` still reads, migrating their state."""
 
-_CACHE_FIELDS = frozenset({"empty_nodes", "capacity_cache"})
+_CACHE_FIELDS = frozenset({"empty_nodes", "capacity_cache", "reserved"})
 """State fields that are derived caches (reset on restore; see the module docstring)."""
 
 

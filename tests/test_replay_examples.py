@@ -15,7 +15,7 @@ from scheduler.core import State
 from scheduler.snapshot import state_bytes
 
 
-@pytest.mark.parametrize("policy", ["gpuledger", "fifo", "drf"])
+@pytest.mark.parametrize("policy", ["gpuledger", "fifo", "drf", "easy"])
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_every_example_replays_with_zero_mismatches(name: str, policy: str) -> None:
     example = EXAMPLES[name]

@@ -61,6 +61,9 @@ def allocate(state: State, emit: Emit) -> None:
             _blocked(s, queue, job, reason)
         else:
             missed(s, queue)  # behind a blocked head only plain placements into the gap
+    for r in s.reservations:
+        for node in r.nodes:
+            state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
 
 
 def _next_queue(s: Session) -> Queue | None:

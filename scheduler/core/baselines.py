@@ -12,6 +12,14 @@
     goes next; its head gang is placed all-or-nothing by bin packing. No hierarchy, no
     quotas or limits, no reclaim or preemption, no backfill: a queue whose head does not
     fit waits behind it for the cycle.
+
+``easy``
+    EASY backfill (Lifka's, as in Slurm's backfill scheduler), at the level of jobs: no
+    queues, no quotas, no preemption. Jobs are taken in submission order; the first one
+    that does not fit gets a reservation — the nodes it will get at the earliest time
+    running jobs' expected ends free them (never, for jobs without an expected runtime) —
+    and every later job that fits starts now, unless it would run on the reserved nodes
+    past the reservation's start. Gangs are all-or-nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from events.model import Event, PodPlacement, PodsAllocated, PodSpec
+from scheduler.core.backfill import Reservation, RunningEnds, reservation_for
 from scheduler.core.fairshare import capacity
 from scheduler.core.placement import Statement, effective_gpu_milli, spread_score
-from scheduler.core.state import Queue, State
+from scheduler.core.running import NEVER
+from scheduler.core.state import Job, Queue, State
+from scheduler.core.victims import Victims
 
 Emit = Callable[[Event], None]
 
@@ -84,3 +95,106 @@ def drf(state: State, emit: Emit) -> None:
             done[queue.name] = None
             continue
         emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))
+
+
+def easy(state: State, emit: Emit) -> None:
+    """Submission order; one reservation for the first job that does not fit; backfill."""
+    reservation: Reservation | None = None
+    failed = FailedPods()
+    running = RunningEnds(state)
+    jobs = state.jobs
+    for _, _, job_id in sorted(state.pending, key=_seq):
+        job = jobs[job_id]
+        if job.placements:
+            continue  # a gang part-placed by an earlier cycle is the binder's to finish
+        skip = _reserved_for(state, job, reservation)
+        restricted = skip is not None
+        if not failed.may_fit(job, restricted):
+            continue
+        with Statement(state.nodes, index=state.free_index()) as stmt:
+            placements = stmt.place_gang(job, skip=skip)
+        if placements is not None:
+            emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))
+            continue
+        failed.add(job, restricted)
+        if reservation is None:
+            reservation = reservation_for(state, job, running, Victims(state))
+            state.reserved = (
+                {} if reservation is None else dict.fromkeys(reservation.nodes, reservation.start)
+            )
+
+
+def _seq(entry: tuple[int, int, str]) -> int:
+    return entry[1]  # the pending order's submission sequence
+
+
+def _reserved_for(
+    state: State, job: Job, reservation: Reservation | None
+) -> dict[str, None] | None:
+    """The reserved nodes the job must keep off: all of them unless it is expected to end
+    before the reservation starts."""
+    if reservation is None:
+        return None
+    runtime = job.expected_runtime_ms
+    if (
+        runtime is not None
+        and reservation.start < NEVER
+        and state.now + runtime <= reservation.start
+    ):
+        return None
+    return reservation.nodes
+
+
+class FailedPods:
+    """Single-pod jobs that found no node this cycle, by what they ask of a node.
+
+    Within a cycle free capacity only shrinks, so a pod asking at least as much of every
+    resource, with the same selector and tolerations and the same nodes to keep off,
+    cannot fit either. Only the smallest failures are kept (none dominates another).
+    Gangs, and pods whose GPU share depends on the node, are always tried.
+    """
+
+    def __init__(self) -> None:
+        self.failed: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
+
+    @staticmethod
+    def _key(job: Job, restricted: bool) -> tuple[tuple[object, ...], tuple[int, int, int]] | None:
+        if len(job.pods) != 1 or job.topology_key:
+            return None
+        pod = job.pods[0]
+        if pod.gpu_memory_mib and not pod.gpu_milli:
+            return None
+        if pod.node_selector or pod.tolerations:
+            key: tuple[object, ...] = (
+                tuple(sorted(pod.node_selector.items())),
+                pod.tolerations,
+                restricted,
+            )
+        else:
+            key = (restricted,)
+        return key, (pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
+
+    def may_fit(self, job: Job, restricted: bool) -> bool:
+        """False if a pod asking no more of any resource already failed."""
+        found = self._key(job, restricted)
+        if found is None:
+            return True
+        failed = self.failed.get(found[0])
+        if not failed:
+            return True
+        gpu, cpu, memory = found[1]
+        return not any(gpu >= g and cpu >= c and memory >= m for g, c, m in failed)
+
+    def add(self, job: Job, restricted: bool) -> None:
+        """Remember a job that found no room (only its minimal failures are kept)."""
+        found = self._key(job, restricted)
+        if found is None:
+            return
+        key, (gpu, cpu, memory) = found
+        kept = [
+            f
+            for f in self.failed.get(key, ())
+            if not (f[0] >= gpu and f[1] >= cpu and f[2] >= memory)
+        ]
+        kept.append((gpu, cpu, memory))
+        self.failed[key] = kept

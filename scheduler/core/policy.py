@@ -17,7 +17,7 @@ its actions in this order, each in a module of its own:
 4. ``neverfits``: a job that can never fit the cluster as it stands is rejected at once
    with a reason (``reasons`` words every wait).
 
-``fifo`` and ``drf`` are the baselines in ``scheduler.core.baselines``.
+``fifo``, ``drf`` and ``easy`` are the baselines in ``scheduler.core.baselines``.
 
 Every decision is applied to the state as it is made, so later steps of the same cycle
 see it; the caller appends the returned decisions to the ledger after the inputs.
@@ -38,7 +38,7 @@ from scheduler.core.state import ACTIVE, State
 REVISION = 5
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
-POLICIES = ("gpuledger", "drf", "fifo")
+POLICIES = ("gpuledger", "drf", "fifo", "easy")
 
 
 def cycle(state: State, now: int) -> list[Event]:
@@ -75,17 +75,21 @@ def cycle(state: State, now: int) -> list[Event]:
 
 
 def _queued(state: State, emit: Emit, *, run: bool) -> None:
-    """The queue-based policies (``gpuledger``, ``drf``): usage accrues, fresh jobs that
-    never fit are rejected, and when ``run`` (an input or a time-based rule is due) the
-    policy's actions run."""
+    """The policies that reject what never fits (``gpuledger``, ``drf``, ``easy``): usage
+    accrues, fresh jobs that never fit are rejected, and when ``run`` (an input or a
+    time-based rule is due) the policy's actions run."""
     if state.config.half_life_ms > 0:
         accrue_usage(state)
     if state.fresh:
         reject_impossible(state, emit)
     if not run:
         return
+    state.reserved = {}
     if state.policy == "drf":
         baselines.drf(state, emit)
+        return
+    if state.policy == "easy":
+        baselines.easy(state, emit)
         return
     if state.config.stale_gang_eviction and state.stale:
         evict_stale_gangs(state, emit)

@@ -263,6 +263,11 @@ class State:
     were lost), with why, in the order they broke; the next cycle ends each one."""
     dirty: bool = True
     """Something changed that could let a pending job start; a clean cycle is a no-op."""
+    reserved: dict[str, int] = field(default_factory=dict)
+    """Nodes held by the reservations of the last cycle that ran a policy, with when each
+    is expected to start (``running.NEVER``: when running jobs end). Derived by the cycle,
+    never folded from the ledger nor carried in snapshots; read by monitors (work
+    conservation counts capacity a reservation holds as spoken for)."""
 
     def known(self, job_id: str) -> bool:
         """Whether the id was ever submitted (and accepted): live or ended."""
