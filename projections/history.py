@@ -1,12 +1,12 @@
-"""The folds behind the schema-2 tables: ``pods``, ``allocations`` and ``queue_shares``.
+"""The rows of the ``pods``, ``allocations`` and ``queue_shares`` tables.
 
-``PodFold`` reads the ledger's job events the way ``jobs`` does (what the ledger says, not
-what the core would accept), keeping only live jobs and open allocations in memory; both
-are reloaded from their tables when a run starts, so the fold resumes anywhere.
+``pods`` and ``allocations`` are the changes ``scheduler.outcomes.OutcomeFold`` recorded
+(the same fold gives ``jobs`` and ``replay.metrics`` their figures); the live jobs' rows
+are given back to it when a run starts (``load_outcomes``), so it resumes anywhere.
 
-``ShareFold`` folds the ledger through the policy core itself (``scheduler.core.apply``)
-and asks ``fair_shares`` for every queue's deserved quota and fair share at each minute
-boundary of ledger time. The core's state cannot be rebuilt from table rows, so it is
+``ShareFold`` reads the policy core's state that the outcome fold keeps and asks
+``fair_shares`` for every queue's deserved quota and fair share at each minute boundary
+of ledger time. The core's state cannot be rebuilt from table rows, so it is
 pickled into ``projection_state`` together with the offset it reflects, in the same
 transaction; a snapshot written by another version of the core is refused and the
 state refolded from offset 0 instead (rows are not re-emitted).
@@ -25,75 +25,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from events.model import (
-    BindFailed,
-    Event,
-    JobCancelled,
-    JobPreempted,
-    JobSubmitted,
-    JobUnschedulable,
-    NodeRemoved,
-    PodBound,
-    PodEvicted,
-    PodFinished,
-    PodsAllocated,
-    PodStarted,
-    Tick,
-)
-from scheduler.core import Job, Node, Queue, State, apply, fair_shares
+from scheduler.core import Job, Node, Queue, State, fair_shares
 from scheduler.core.state import TERMINAL
+from scheduler.outcomes import Allocation, JobOutcome, OutcomeFold, PodOutcome
 
-__all__ = ["MINUTE_MS", "PodFold", "ShareFold", "state_format"]
+__all__ = [
+    "ALLOCATION_SCHEMA",
+    "MINUTE_MS",
+    "POD_SCHEMA",
+    "ShareFold",
+    "allocation_rows",
+    "load_outcomes",
+    "pod_rows",
+    "state_format",
+]
 
 MINUTE_MS = 60_000
 MAX_GAP_MINUTES = 7 * 24 * 60
 """A silent stretch longer than a week emits only its last week of minute rows: a ledger
 mixing simulated (from 0) and wall-clock (epoch) times must not write 29 million rows."""
 
-_DONE = frozenset({"succeeded", "failed", "cancelled", "unschedulable"})
-
 
 # --------------------------------------------------------------------------- pods
-
-
-@dataclass(slots=True)
-class Pod:
-    """The fold state of one pod of a live job: exactly the ``pods`` table's base columns."""
-
-    job: str
-    pod: str
-    queue: str
-    gpu_milli: int
-    status: str = "pending"
-    node: str | None = None
-    allocations: int = 0
-    first_allocated_at_ms: int | None = None
-    first_started_at_ms: int | None = None
-    started_at_ms: int | None = None
-    finished_at_ms: int | None = None
-    ran_without_gpus: bool = False
-    updated_offset: int = 0
-
-
-@dataclass(slots=True)
-class Allocation:
-    """One pod's hold on a node, from ``pods_allocated`` until it is given back."""
-
-    allocation_id: str
-    job: str
-    pod: str
-    queue: str
-    node: str
-    gpus: str
-    devices: list[int]
-    device_milli: list[int]
-    gpu_milli: int
-    allocated_offset: int
-    from_ms: int
-    started_ms: int | None = None
-    to_ms: int | None = None
-    end_reason: str | None = None
-
 
 POD_SCHEMA = pa.schema(
     [
@@ -140,170 +93,33 @@ def _table(items: list[Any], schema: pa.Schema) -> pa.Table:
     )
 
 
-@dataclass
-class PodFold:
-    """Pods of live jobs and their open allocations; the batch's changed rows."""
+def pod_rows(fold: OutcomeFold) -> pa.Table:
+    """The batch's changed pods (``pods`` base columns)."""
+    return _table(list(fold.changed_pods.values()), POD_SCHEMA)
 
-    jobs: dict[str, dict[str, Pod]] = field(default_factory=dict)
-    open: dict[tuple[str, str], Allocation] = field(default_factory=dict)
-    dirty_pods: dict[tuple[str, str], Pod] = field(default_factory=dict)
-    dirty_allocs: dict[str, Allocation] = field(default_factory=dict)
-    reset_jobs: dict[str, None] = field(default_factory=dict)
-    """Jobs re-submitted in this batch: their old pod rows are deleted first."""
 
-    @classmethod
-    def load(cls, rows: list[dict[str, Any]], open_rows: list[dict[str, Any]]) -> PodFold:
-        """Rebuild from the ``pods`` rows of live jobs and the open ``allocations`` rows."""
-        fold = cls()
-        for row in rows:
-            pod = Pod(**row)
-            fold.jobs.setdefault(pod.job, {})[pod.pod] = pod
-        for row in open_rows:
-            alloc = Allocation(**row)
-            fold.open[(alloc.job, alloc.pod)] = alloc
-        return fold
+def allocation_rows(fold: OutcomeFold) -> pa.Table:
+    """The batch's opened and closed allocations."""
+    return _table(list(fold.changed_allocs.values()), ALLOCATION_SCHEMA)
 
-    def apply(self, event: Event, offset: int, at: int) -> None:
-        """Fold one decoded event (any type; the irrelevant ones are skipped quickly)."""
-        if isinstance(event, JobSubmitted):
-            self._submit(event, offset)
-            return
-        if isinstance(event, NodeRemoved):
-            victims = dict.fromkeys(a.job for a in self.open.values() if a.node == event.node)
-            for job in victims:
-                self._release_job(job, offset, at, "node_removed", "pending")
-            return
-        name = getattr(event, "job", None)
-        pods = self.jobs.get(name) if isinstance(name, str) else None
-        if pods is None:
-            return
-        match event:
-            case PodsAllocated(job=job):
-                for placement in event.placements:
-                    pod = pods.get(placement.pod)
-                    if pod is None or (job, placement.pod) in self.open:
-                        continue
-                    slots = placement.gpus
-                    alloc = Allocation(
-                        allocation_id=f"{offset}:{placement.pod}",
-                        job=job,
-                        pod=placement.pod,
-                        queue=pod.queue,
-                        node=placement.node,
-                        gpus=",".join(f"{s.device}:{s.milli}" for s in slots),
-                        devices=[s.device for s in slots],
-                        device_milli=[s.milli for s in slots],
-                        gpu_milli=sum(s.milli for s in slots),
-                        allocated_offset=offset,
-                        from_ms=at,
-                    )
-                    self.open[(job, placement.pod)] = alloc
-                    self.dirty_allocs[alloc.allocation_id] = alloc
-                    pod.status = "allocated"
-                    pod.node = placement.node
-                    pod.allocations += 1
-                    if pod.first_allocated_at_ms is None:
-                        pod.first_allocated_at_ms = at
-                    self._touch(pod, offset)
-            case PodStarted(job=job, pod=pod_name):
-                pod = pods.get(pod_name)
-                if pod is None or pod.status in _DONE or pod.started_at_ms is not None:
-                    return
-                held = self.open.get((job, pod_name))
-                if held is not None and held.started_ms is None:
-                    held.started_ms = at
-                    self.dirty_allocs[held.allocation_id] = held
-                if pod.gpu_milli > 0 and (held is None or held.gpu_milli == 0):
-                    pod.ran_without_gpus = True  # the "GPU requested but not allocated" case
-                pod.status = "running"
-                pod.started_at_ms = at
-                if pod.first_started_at_ms is None:
-                    pod.first_started_at_ms = at
-                self._touch(pod, offset)
-            case PodFinished(job=job, pod=pod_name, succeeded=ok):
-                pod = pods.get(pod_name)
-                if pod is None or pod.status in _DONE:
-                    return
-                self._close(job, pod_name, at, "finished")
-                pod.status = "succeeded" if ok else "failed"
-                pod.finished_at_ms = at
-                self._touch(pod, offset)
-            case JobPreempted(job=job):
-                self._release_job(job, offset, at, "preempted", "pending")
-            case BindFailed(job=job):
-                self._release_job(job, offset, at, "bind_failed", "pending")
-            case JobCancelled(job=job):
-                self._release_job(job, offset, at, "cancelled", "cancelled")
-            case JobUnschedulable(job=job, final=True):
-                self._release_job(job, offset, at, "unschedulable", "unschedulable")
-            case _:
-                pass
 
-    def _submit(self, event: JobSubmitted, offset: int) -> None:
-        live = self.jobs.get(event.job)
-        if live is not None and any(p.status not in _DONE for p in live.values()):
-            return  # a duplicate submission of a live job changes nothing (as in ``jobs``)
-        pods = {
-            spec.name: Pod(
-                job=event.job,
-                pod=spec.name,
-                queue=event.queue,
-                gpu_milli=spec.gpu_milli,
-                updated_offset=offset,
-            )
-            for spec in event.pods
-        }
-        if live is not None:
-            for old in live.values():
-                self.dirty_pods.pop((old.job, old.pod), None)
-        self.jobs[event.job] = pods
-        self.reset_jobs[event.job] = None
-        for pod in pods.values():
-            self.dirty_pods[(pod.job, pod.pod)] = pod
-
-    def _touch(self, pod: Pod, offset: int) -> None:
-        pod.updated_offset = offset
-        self.dirty_pods[(pod.job, pod.pod)] = pod
-
-    def _close(self, job: str, pod: str, at: int, reason: str) -> None:
-        alloc = self.open.pop((job, pod), None)
-        if alloc is not None:
-            alloc.to_ms = at
-            alloc.end_reason = reason
-            self.dirty_allocs[alloc.allocation_id] = alloc
-
-    def _release_job(self, job: str, offset: int, at: int, reason: str, status: str) -> None:
-        pods = self.jobs.get(job)
-        if pods is None:
-            return
-        for pod in pods.values():
-            self._close(job, pod.pod, at, reason)
-            if status == "pending" or pod.status not in _DONE:
-                # A preemption starts a new attempt: even members that had finished run
-                # again, exactly as the ``jobs`` fold counts them.
-                pod.status = status
-                pod.started_at_ms = None
-                if status == "pending":
-                    pod.finished_at_ms = None
-                self._touch(pod, offset)
-
-    def pod_rows(self) -> pa.Table:
-        """The batch's changed pods."""
-        return _table(list(self.dirty_pods.values()), POD_SCHEMA)
-
-    def allocation_rows(self) -> pa.Table:
-        """The batch's opened and closed allocations."""
-        return _table(list(self.dirty_allocs.values()), ALLOCATION_SCHEMA)
-
-    def end_batch(self) -> None:
-        """Forget the batch's changes; drop jobs whose every pod is done."""
-        for job in dict.fromkeys(k[0] for k in self.dirty_pods):
-            pods = self.jobs.get(job)
-            if pods is not None and all(p.status in _DONE for p in pods.values()):
-                del self.jobs[job]
-        self.dirty_pods = {}
-        self.dirty_allocs = {}
-        self.reset_jobs = {}
+def load_outcomes(
+    fold: OutcomeFold,
+    jobs: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    open_rows: list[dict[str, Any]],
+) -> None:
+    """Give ``fold`` the live jobs' outcomes back from their ``jobs``, ``pods`` and open
+    ``allocations`` rows (the fold-only figures restart from zero)."""
+    for row in jobs:
+        outcome = JobOutcome(**row)
+        fold.jobs[outcome.job] = outcome
+    for row in pods:
+        pod = PodOutcome(**row)
+        fold.pods.setdefault(pod.job, {})[pod.pod] = pod
+    for row in open_rows:
+        alloc = Allocation(**row)
+        fold.open[(alloc.job, alloc.pod)] = alloc
 
 
 # --------------------------------------------------------------------------- queue shares
@@ -330,14 +146,6 @@ def state_format() -> str:
     for cls in (State, Job, Queue, Node):
         parts.append(cls.__name__ + ":" + ",".join(f.name for f in dataclasses.fields(cls)))
     return ";".join(parts)
-
-
-_CORE_NOOPS: frozenset[type[Event]] = frozenset({Tick, PodBound, PodEvicted})
-"""Event types ``scheduler.core.apply`` folds as nothing but a later ``state.now``.
-
-Ticks and binds are a large part of a ledger; the share fold advances the clock for them
-itself instead of sending them through ``apply``'s type match (a test checks that both
-leave the same state)."""
 
 
 _JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
@@ -398,30 +206,20 @@ class ShareFold:
             raise TypeError("projection_state holds no core State")
         return cls(state=state, last_minute=last_minute)
 
-    def apply(self, event: Event, at: int) -> None:
-        """Sample the minute boundaries ``at`` crosses, then fold ``event`` into the core."""
+    def sample(self, at: int) -> None:
+        """Sample the minute boundaries ``at`` crosses, before its event is folded."""
         minute = at // MINUTE_MS
         if self.last_minute is None:
             self.last_minute = minute
         elif minute > self.last_minute:
             self._sample(max(self.last_minute + 1, minute - MAX_GAP_MINUTES + 1), minute)
             self.last_minute = minute
-        if type(event) in _CORE_NOOPS:
-            state = self.state
-            state.now = max(state.now, at)  # all that ``apply`` does with these
-        else:
-            apply(self.state, event, at)
 
-    def advance_only(self, event: Event, at: int) -> None:
-        """Fold without sampling: used to rebuild a state whose rows are already stored."""
+    def advance_only(self, at: int) -> None:
+        """Cross ``at``'s minute without sampling (its rows are stored already)."""
         minute = at // MINUTE_MS
         if self.last_minute is None or minute > self.last_minute:
             self.last_minute = minute
-        if type(event) in _CORE_NOOPS:
-            state = self.state
-            state.now = max(state.now, at)
-        else:
-            apply(self.state, event, at)
 
     def _sample(self, first: int, last: int) -> None:
         """Rows for boundaries ``first..last``: the state before the event that crossed them."""

@@ -49,19 +49,9 @@ import pyarrow.compute as pc
 from events.codec import Envelope, UnknownEventType, decode_event
 from events.model import (
     MILLI,
-    BindFailed,
     Event,
     GpuUtilizationSampled,
-    JobCancelled,
     JobPreempted,
-    JobSubmitted,
-    JobTerminated,
-    JobUnschedulable,
-    NodeRemoved,
-    PodDeleted,
-    PodFinished,
-    PodsAllocated,
-    PodStarted,
     QueueConfigured,
     QueueRemoved,
 )
@@ -69,11 +59,14 @@ from events.port import LedgerReader
 from projections.history import (
     ALLOCATION_SCHEMA,
     POD_SCHEMA,
-    PodFold,
     ShareFold,
+    allocation_rows,
+    load_outcomes,
+    pod_rows,
     state_format,
 )
 from projections.views import JOB_AGGREGATES, VIEW_DDL, VIEW_NAMES
+from scheduler.outcomes import DONE_STATUSES, OutcomeFold
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -100,7 +93,7 @@ PROJECTIONS: tuple[str, ...] = (
 ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "allocated", "running"})
 """Job statuses that later events can still change."""
 
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "unschedulable"})
+TERMINAL_STATUSES: frozenset[str] = DONE_STATUSES
 """Job statuses that only a new ``job_submitted`` of the same name replaces."""
 
 
@@ -408,40 +401,6 @@ def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @dataclass(slots=True)
-class _Job:
-    """The fold state of one job, exactly the columns ``_JOB_STATE_SCHEMA`` stores."""
-
-    job: str
-    queue: str
-    priority_class: str
-    pods: int
-    min_members: int
-    gpu_milli: int
-    submitted_at_ms: int
-    submitted_offset: int
-    updated_offset: int
-    ready_at_ms: int | None = None
-    finished_at_ms: int | None = None
-    status: str = "pending"
-    preemptions: int = 0
-    lost_gpu_ms: int = 0
-    unschedulable_reason: str | None = None
-    # Counters of the current attempt; a preemption starts a new attempt.
-    started_pods: int = 0
-    finished_pods: int = 0
-    failed_pods: int = 0
-
-    @property
-    def needed(self) -> int:
-        """Pods that must run for the gang to be ready (min_members 0 means all)."""
-        return self.min_members if self.min_members > 0 else self.pods
-
-    def finish(self, status: str, at: int) -> None:
-        self.status = status
-        self.finished_at_ms = at
-
-
-@dataclass(slots=True)
 class _Queue:
     queue: str
     parent: str
@@ -482,20 +441,23 @@ _JOB_STATE_SCHEMA = pa.schema(
     ]
 )
 _JOB_STATE_COLUMNS: tuple[str, ...] = tuple(_JOB_STATE_SCHEMA.names)
-_job_state = operator.attrgetter(*_JOB_STATE_COLUMNS)
+# The batch carries the two durations as ``scheduler.outcomes`` defines them, too.
+_JOB_BATCH_SCHEMA = _JOB_STATE_SCHEMA.append(pa.field("time_to_ready_ms", pa.int64())).append(
+    pa.field("completion_ms", pa.int64())
+)
+_job_batch = operator.attrgetter(*_JOB_BATCH_SCHEMA.names)
 
 # Integer ``/`` in DuckDB is DOUBLE division, correctly rounded like Python's ``/``.
 _JOB_SELECT = """
-    b.*,
+    b.* EXCLUDE (time_to_ready_ms, completion_ms),
     coalesce(q.path, b.queue) AS queue_path,
     b.gpu_milli / 1000 AS gpus,
     b.submitted_at_ms / 1000 AS submitted_at_s,
     b.ready_at_ms / 1000 AS ready_at_s,
     b.finished_at_ms / 1000 AS finished_at_s,
     b.lost_gpu_ms / 1000 AS lost_gpu_s,
-    (b.ready_at_ms - b.submitted_at_ms) / 1000 AS time_to_ready_s,
-    CASE WHEN b.status IN ('succeeded', 'failed')
-        THEN (b.finished_at_ms - b.submitted_at_ms) / 1000 END AS completion_s
+    b.time_to_ready_ms / 1000 AS time_to_ready_s,
+    b.completion_ms / 1000 AS completion_s
 """
 
 _QUEUE_SCHEMA = pa.schema(
@@ -553,11 +515,11 @@ def _queue_paths(queues: dict[str, _Queue]) -> None:
 
 @dataclass
 class _Fold:
-    """The in-memory fold of one run: active jobs, all queues, and the batch's changes."""
+    """The in-memory fold of one run: the job outcomes (with the core's state they are
+    read from), all queues, and the batch's changes."""
 
-    jobs: dict[str, _Job]
+    outcomes: OutcomeFold
     queues: dict[str, _Queue]
-    dirty_jobs: dict[str, _Job] = field(default_factory=dict)
     queues_changed: bool = False
 
     def apply_queue(self, event: Event, offset: int, at: int) -> None:
@@ -585,97 +547,38 @@ class _Fold:
             case _:
                 pass
 
-    def apply_job(self, event: Event, offset: int, at: int) -> None:
-        if isinstance(event, JobSubmitted):
-            self._submit(event, offset, at)
-            return
-        # Events about a job this fold does not hold are dropped: either the job was
-        # never submitted in this ledger, or it is terminal and was evicted from memory
-        # after an earlier batch, where it would have ignored the event anyway.
-        name = getattr(event, "job", None)  # node, queue and cycle events have none
-        job = self.jobs.get(name) if isinstance(name, str) else None
-        if job is None or job.status not in ACTIVE_STATUSES:
-            return
-        match event:
-            case PodStarted():
-                job.started_pods += 1
-                if job.started_pods >= job.needed and job.status != "running":
-                    job.status = "running"
-                    if job.ready_at_ms is None:
-                        job.ready_at_ms = at
-            case PodFinished():
-                job.finished_pods += 1
-                if not event.succeeded:
-                    job.failed_pods += 1
-                if job.finished_pods >= job.pods:
-                    job.finish("failed" if job.failed_pods else "succeeded", at)
-            case PodsAllocated():
-                if job.status == "pending":
-                    job.status = "allocated"
-            case JobPreempted():
-                job.preemptions += 1
-                job.lost_gpu_ms += event.lost_gpu_ms
-                # A new attempt: the gang must start (and finish) all over again.
-                job.started_pods = job.finished_pods = job.failed_pods = 0
-                job.status = "pending"
-            case BindFailed():
-                # The allocation is released; the job waits to be placed again.
-                if job.status == "allocated":
-                    job.status = "pending"
-            case JobCancelled():
-                job.finish("cancelled", at)
-            case JobTerminated():
-                job.finish("failed", at)
-            case PodDeleted():
-                if job.status != "pending":
-                    return  # a placed job ends by the JobTerminated that follows, if at all
-                job.finish("cancelled", at)
-            case JobUnschedulable():
-                job.unschedulable_reason = event.reason
-                if event.final:
-                    job.finish("unschedulable", at)
-            case _:
-                return  # pod_bound, pod_evicted: no change to the job's row
-        job.updated_offset = offset
-        self.dirty_jobs[job.job] = job
-
-    def _submit(self, event: JobSubmitted, offset: int, at: int) -> None:
-        known = self.jobs.get(event.job)
-        if known is not None and known.status in ACTIVE_STATUSES:
-            return  # a duplicate submission does not restart a live job
-        job = _Job(
-            job=event.job,
-            queue=event.queue,
-            priority_class=event.priority_class,
-            pods=len(event.pods),
-            min_members=event.min_members,
-            gpu_milli=sum(p.gpu_milli for p in event.pods),
-            submitted_at_ms=at,
-            submitted_offset=offset,
-            updated_offset=offset,
-        )
-        # A name reused after the first job ended starts a new row (the last one wins).
-        self.jobs[event.job] = job
-        self.dirty_jobs[event.job] = job
-
     def end_batch(self) -> None:
-        """Forget the batch's changes and evict terminal jobs (they can't change again)."""
-        for name, job in self.dirty_jobs.items():
-            if job.status in TERMINAL_STATUSES and self.jobs.get(name) is job:
-                del self.jobs[name]
-        self.dirty_jobs = {}
+        """Forget the batch's changes (the job outcomes' ``end_batch`` is called too)."""
+        self.outcomes.end_batch()
         self.queues_changed = False
 
 
-def _load_fold(con: duckdb.DuckDBPyConnection) -> _Fold:
+def _load_fold(con: duckdb.DuckDBPyConnection, *, live_jobs: bool) -> _Fold:
+    """The queues, and (with ``live_jobs``) the live jobs' outcomes as the tables left them
+    (the core's state they are read from is restored by ``_load_extra``)."""
     columns = ", ".join(_JOB_STATE_COLUMNS)
-    jobs: dict[str, _Job] = {}
-    cursor = con.execute(
-        f"SELECT {columns} FROM jobs WHERE status IN ('pending', 'allocated', 'running')"  # noqa: S608  # constant column list
+    live = "('pending', 'allocated', 'running')" if live_jobs else "()"
+    outcomes = OutcomeFold()
+    pod_cols = ", ".join(POD_SCHEMA.names)
+    alloc_cols = ", ".join(ALLOCATION_SCHEMA.names)
+    # Column lists and the status list are module constants.
+    load_outcomes(
+        outcomes,
+        _rows_as_dicts(con.execute(f"SELECT {columns} FROM jobs WHERE status IN {live}")),  # noqa: S608
+        _rows_as_dicts(
+            con.execute(
+                f"SELECT {pod_cols} FROM pods WHERE job IN ("  # noqa: S608
+                f"SELECT job FROM jobs WHERE status IN {live}) ORDER BY job, pod"
+            )
+        ),
+        _rows_as_dicts(
+            con.execute(
+                f"SELECT {alloc_cols} FROM allocations WHERE to_ms IS NULL "  # noqa: S608
+                f"AND job IN (SELECT job FROM jobs WHERE status IN {live}) "
+                "ORDER BY allocated_offset, pod"
+            )
+        ),
     )
-    for values in cursor.fetchall():
-        job = _Job(**dict(zip(_JOB_STATE_COLUMNS, values, strict=True)))
-        jobs[job.job] = job
     queues: dict[str, _Queue] = {}
     for row in con.execute(
         "SELECT queue, parent, deserved_gpus, deserved_gpu_percent, limit_gpus, "
@@ -684,19 +587,20 @@ def _load_fold(con: duckdb.DuckDBPyConnection) -> _Fold:
     ).fetchall():
         q = _Queue(*row)
         queues[q.queue] = q
-    return _Fold(jobs=jobs, queues=queues)
+    return _Fold(outcomes=outcomes, queues=queues)
 
 
 # --------------------------------------------------------------------------- batch writing
 
 
 def _job_rows(fold: _Fold) -> pa.Table:
-    """The batch's changed jobs as fold-state columns; ``_JOB_SELECT`` derives the rest."""
-    rows = list(map(_job_state, fold.dirty_jobs.values()))
-    columns = zip(*rows, strict=True) if rows else ([] for _ in _JOB_STATE_SCHEMA)
+    """The batch's changed jobs as stored columns and durations; ``_JOB_SELECT`` derives
+    the rest."""
+    rows = list(map(_job_batch, fold.outcomes.changed_jobs.values()))
+    columns = zip(*rows, strict=True) if rows else ([] for _ in _JOB_BATCH_SCHEMA)
     return pa.table(
-        [pa.array(col, f.type) for col, f in zip(columns, _JOB_STATE_SCHEMA, strict=True)],
-        schema=_JOB_STATE_SCHEMA,
+        [pa.array(col, f.type) for col, f in zip(columns, _JOB_BATCH_SCHEMA, strict=True)],
+        schema=_JOB_BATCH_SCHEMA,
     )
 
 
@@ -832,23 +736,6 @@ def _quick_switches() -> Iterator[None]:
 
 
 _QUEUE_EVENTS: frozenset[type[Event]] = frozenset({QueueConfigured, QueueRemoved})
-_JOB_EVENTS: frozenset[type[Event]] = frozenset(
-    {
-        JobSubmitted,
-        PodsAllocated,
-        PodStarted,
-        PodFinished,
-        JobPreempted,
-        BindFailed,
-        JobCancelled,
-        JobUnschedulable,
-        JobTerminated,
-        PodDeleted,
-    }
-)
-"""The event types that change a row of ``jobs`` or ``pods`` (with ``NodeRemoved`` for
-pods): the others would only be looked at and dropped by ``_Fold`` and ``PodFold``."""
-
 _PREEMPTION_SCHEMA = pa.schema(
     [
         ("offset", pa.int64()),
@@ -911,9 +798,9 @@ id), so that the snapshots of a long ledger cost a bounded share of the run."""
 class _Extra:
     """The schema-2 folds of one run and where each starts in the ledger."""
 
-    pods: PodFold
     shares: ShareFold
-    from_pods: int
+    from_core: int
+    """The first offset the core's state (``_Fold.outcomes.state``) has not folded."""
     from_preemptions: int
     from_samples: int
     from_shares: int
@@ -949,8 +836,8 @@ def _fold_batch(
 
     The hot loop of the projector: columns are plain lists with their ``append`` bound
     once, and the derived columns (seconds, text payload) are computed by Arrow in bulk.
-    Each event goes only to the folds its type concerns (``_JOB_EVENTS``, …): cycle
-    records, ticks and binds, over half of a ledger, reach nothing but the share fold.
+    Every event is folded into the core's state by the job-outcome fold (which records
+    outcomes from ``from_jobs`` on); the share fold samples that state before each event.
     """
     offsets: list[int] = []
     ats: list[int] = []
@@ -962,9 +849,9 @@ def _fold_batch(
     add_offset, add_at, add_type = offsets.append, ats.append, types.append
     add_key, add_version, add_known = keys.append, versions.append, known.append
     add_payload, encode = payloads.append, _payload_json.encode
-    apply_queue, apply_job = fold.apply_queue, fold.apply_job
-    apply_pods, apply_shares = extra.pods.apply, extra.shares.apply
-    from_pods, from_shares = extra.from_pods, extra.from_shares
+    apply_queue, apply_core = fold.apply_queue, fold.outcomes.apply
+    sample, advance_shares = extra.shares.sample, extra.shares.advance_only
+    from_core, from_shares = extra.from_core, extra.from_shares
     from_preemptions, from_samples = extra.from_preemptions, extra.from_samples
     for offset, env in chunk:
         at = env.at
@@ -982,24 +869,20 @@ def _fold_batch(
             add_payload(encode(event if event is not None else msgspec.msgpack.decode(env.payload)))
         if event is None:
             continue
-        kind = type(event)
-        if kind in _JOB_EVENTS:
-            if offset >= from_jobs:
-                apply_job(event, offset, at)
-            if offset >= from_pods:
-                apply_pods(event, offset, at)
-            if isinstance(event, JobPreempted) and offset >= from_preemptions:
+        if isinstance(event, JobPreempted):
+            if offset >= from_preemptions:
                 _preemption_row(extra.preemptions, event, offset, at)
         elif isinstance(event, GpuUtilizationSampled):
             if offset >= from_samples:
                 _sample_row(extra.samples, event, offset, at)
-        elif kind in _QUEUE_EVENTS:
-            if offset >= from_queues:
-                apply_queue(event, offset, at)
-        elif kind is NodeRemoved and offset >= from_pods:
-            apply_pods(event, offset, at)
-        if offset >= from_shares:
-            apply_shares(event, at)
+        elif type(event) in _QUEUE_EVENTS and offset >= from_queues:
+            apply_queue(event, offset, at)
+        if offset >= from_core:
+            if offset >= from_shares:
+                sample(at)
+            else:
+                advance_shares(at)
+            apply_core(event, offset, at, record=offset >= from_jobs)
     at_ms = pa.array(ats, pa.int64())
     return pa.table(
         [
@@ -1051,47 +934,40 @@ def _rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def _load_extra(
-    con: duckdb.DuckDBPyConnection, reader: LedgerReader, next_offsets: dict[str, int]
+    con: duckdb.DuckDBPyConnection,
+    reader: LedgerReader,
+    next_offsets: dict[str, int],
+    fold: _Fold,
 ) -> _Extra:
-    """The schema-2 folds as the database left them (the core refolded if it must be)."""
-    pod_cols = ", ".join(POD_SCHEMA.names)
-    alloc_cols = ", ".join(ALLOCATION_SCHEMA.names)
-    pods = PodFold.load(
-        _rows_as_dicts(
-            con.execute(
-                f"SELECT {pod_cols} FROM pods WHERE job IN ("  # noqa: S608  # constant columns
-                "SELECT job FROM pods GROUP BY job HAVING bool_or(status IN "
-                "('pending', 'allocated', 'running'))) ORDER BY job, pod"
-            )
-        ),
-        _rows_as_dicts(
-            con.execute(
-                f"SELECT {alloc_cols} FROM allocations WHERE to_ms IS NULL "  # noqa: S608
-                "ORDER BY allocated_offset, pod"
-            )
-        ),
-    )
-    from_shares = next_offsets["queue_shares"]
+    """The share fold as the database left it, with the core's state restored into
+    ``fold.outcomes`` (from its snapshot, or refolded if it must be)."""
+    from_shares, from_jobs = next_offsets["queue_shares"], next_offsets["jobs"]
     shares: ShareFold | None = None
-    if from_shares > 0:
+    if 0 < from_shares <= from_jobs:
         row = con.execute(
             "SELECT format, state FROM projection_state WHERE projection = 'queue_shares'"
         ).fetchone()
         if row is not None and row[0] == state_format():
             with contextlib.suppress(Exception):  # an unreadable snapshot is refolded
                 shares = ShareFold.restore(bytes(row[1]))
-        if shares is None:
-            # Another core version wrote the snapshot: fold the prefix again, emitting no
-            # rows (they are stored already), so the minutes after it continue exactly.
-            shares = ShareFold()
-            with _gc_paused():
-                for offset, env in reader.read(0, from_shares):
-                    with contextlib.suppress(UnknownEventType):
-                        shares.advance_only(decode_event(env, offset), env.at)
+    if shares is not None:
+        from_core = from_shares
+    else:
+        # No snapshot of this core version, or one the jobs have not reached: fold the
+        # prefix again, recording nothing (its rows are stored already).
+        from_core = min(from_shares, from_jobs)
+        shares = ShareFold()
+        fold.outcomes.state = shares.state
+        with _gc_paused():
+            for offset, env in reader.read(0, from_core):
+                with contextlib.suppress(UnknownEventType):
+                    event = decode_event(env, offset)
+                    shares.advance_only(env.at)
+                    fold.outcomes.apply(event, offset, env.at, record=False)
+    fold.outcomes.state = shares.state
     return _Extra(
-        pods=pods,
-        shares=shares if shares is not None else ShareFold(),
-        from_pods=next_offsets["pods"],
+        shares=shares,
+        from_core=from_core,
         from_preemptions=next_offsets["preemptions"],
         from_samples=next_offsets["samples"],
         from_shares=from_shares,
@@ -1105,7 +981,6 @@ class _Batch:
     events: pa.Table
     queues: pa.Table | None
     jobs: pa.Table
-    reset_jobs: pa.Table | None
     pods: pa.Table
     allocations: pa.Table
     preemptions: pa.Table
@@ -1144,17 +1019,13 @@ def _prepare_batch(
     # The core's state is snapshotted every so many events and at the end of the run;
     # until then queue_shares keeps its offset and buffers its rows in memory.
     snapshot = extra.snapshot_due() or end is not None
-    pods = extra.pods
     batch = _Batch(
         events=event_rows,
         queues=_queue_rows(fold) if fold.queues_changed else None,
         jobs=_job_rows(fold),
         # A job submitted again drops its old pods (usually none).
-        reset_jobs=pa.table({"job": pa.array(list(pods.reset_jobs), pa.string())})
-        if pods.reset_jobs
-        else None,
-        pods=pods.pod_rows(),
-        allocations=pods.allocation_rows(),
+        pods=pod_rows(fold.outcomes),
+        allocations=allocation_rows(fold.outcomes),
         preemptions=extra.take(_PREEMPTION_SCHEMA, extra.preemptions),
         samples=extra.take(_SAMPLE_SCHEMA, extra.samples),
         shares=extra.shares.take_rows() if snapshot else None,
@@ -1171,7 +1042,6 @@ def _prepare_batch(
     if snapshot:
         extra.since_snapshot = 0
     fold.end_batch()
-    pods.end_batch()
     return batch
 
 
@@ -1195,12 +1065,6 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, batch: _Batch) -> int:
                 "UPDATE jobs SET queue_path = q.path FROM queues q "
                 "WHERE jobs.queue = q.queue AND jobs.queue_path <> q.path"
             )
-        if batch.reset_jobs is not None:
-            con.register("_gpuledger_reset_jobs", batch.reset_jobs)
-            try:
-                con.execute("DELETE FROM pods WHERE job IN (SELECT job FROM _gpuledger_reset_jobs)")
-            finally:
-                con.unregister("_gpuledger_reset_jobs")
         written += _insert(con, "pods", batch.pods, key=("job", "pod"), select=_POD_SELECT)
         written += _insert(
             con,
@@ -1261,6 +1125,10 @@ def project(
             ).fetchall()
             if name in next_offsets
         )
+        if next_offsets["pods"] != next_offsets["jobs"]:
+            # One fold writes both: a database from before ``pods`` existed folds its jobs
+            # again from the start together with their pods (the same rows result).
+            next_offsets["pods"] = next_offsets["jobs"] = 0
         end = reader.end_offset()
         start = min(next_offsets.values())
         if max(next_offsets.values()) > end:
@@ -1302,8 +1170,8 @@ def project(
             _quick_switches(),
             ThreadPoolExecutor(1, thread_name_prefix="gpuledger-commit") as writer,
         ):
-            fold = _load_fold(con)
-            extra = _load_extra(con, reader, next_offsets)
+            fold = _load_fold(con, live_jobs=next_offsets["jobs"] > 0)
+            extra = _load_extra(con, reader, next_offsets, fold)
             # Batch N commits on the writer thread while batch N+1 is folded here: DuckDB
             # releases the GIL while it inserts, so the two cores share the work (12.0 s
             # serial, 9.6 s so, for a million events). Commits stay in ledger order, one at

@@ -29,8 +29,10 @@ from projections.history import ShareFold
 from projections.projector import project
 from scheduler.core import State, apply
 from scheduler.core.state import TERMINAL
+from scheduler.outcomes import OutcomeFold
 from tests.test_projector import (
     ListReader,
+    allocated,
     finished,
     ledger,
     snapshot,
@@ -152,7 +154,7 @@ def test_preemption_closes_allocations_and_the_next_attempt_opens_new_ones(
         {"pod": "v-1", "status": "allocated", "allocations": 2},
     ]
     (p,) = rows(db, "SELECT * FROM preemptions")
-    assert (p["offset"], p["at_s"], p["job"], p["queue"]) == (5, 0.05, "v", "team")
+    assert (p["offset"], p["at_s"], p["job"], p["queue"]) == (6, 0.05, "v", "team")  # after n1
     assert (p["preemptor"], p["preemptor_queue"], p["rule"], p["pods"]) == (
         "boss",
         "vip",
@@ -248,17 +250,17 @@ def test_the_core_ignores_utilisation_samples() -> None:
     assert state.now == 5  # not even the clock moves
 
 
-def test_the_share_fold_leaves_the_state_the_core_would(tmp_path: Path) -> None:
-    # The share fold advances the clock itself for the event types the core ignores.
+def test_the_outcome_fold_leaves_the_state_the_core_would(tmp_path: Path) -> None:
+    # The outcome fold advances the clock itself for the event types the core ignores.
     reader = workload(seed=3, jobs=80)
-    core, fold = State(), ShareFold()
+    core, fold = State(), OutcomeFold()
     for offset, env in reader.records:
         event = decode_event(env, offset)
         apply(core, event, env.at)
-        fold.advance_only(event, env.at)  # ``apply`` also fills fair_shares' caches
+        fold.apply(event, offset, env.at)
     assert pickle.dumps(fold.state) == pickle.dumps(core)
     # A snapshot loads back as the core's state, finished jobs without their pods.
-    restored = ShareFold.restore(fold.snapshot()).state
+    restored = ShareFold.restore(ShareFold(state=fold.state).snapshot()).state
     assert restored.jobs.keys() == core.jobs.keys()
     assert restored.ended == core.ended and core.ended  # ended jobs kept as ids only
     for name, job in core.jobs.items():
@@ -336,6 +338,7 @@ def slo_ledger() -> ListReader:
         name = f"{q}{i}"
         timeline += [
             (submitted_s * 1000, submit(name, queue=q)),
+            (submitted_s * 1000, allocated(name, queue=q)),
             (submitted_s * 1000, started(name)),
             (done_s * 1000, finished(name)),
         ]
@@ -504,7 +507,12 @@ def test_throughput_per_day_and_week(tmp_path: Path) -> None:
     day = 24 * H
     items: list[tuple[int, Event]] = []
     for name, q, end in [("x", "a", 10), ("y", "a", 20), ("z", "a", day + 5), ("w", "b", 30)]:
-        items += [(0, submit(name, queue=q)), (1, started(name)), (end, finished(name))]
+        items += [
+            (0, submit(name, queue=q)),
+            (0, allocated(name, queue=q)),
+            (1, started(name)),
+            (end, finished(name)),
+        ]
     items.sort(key=lambda x: x[0])
     db = tmp_path / "p.duckdb"
     project(ledger(*items), db)
