@@ -15,11 +15,65 @@ from typing import Any
 
 from events.memlog import MemoryLedger
 from projections.projector import connect, project
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
+from replay.sim import Simulation
 
 TARGET = 1_000_000
 """Events the benchmark projects (at least)."""
 EVENTS_PER_S_TARGET = 100_000
 QUERY_MS_TARGET = 1_000
+
+LONG_HOURS = 4_000
+LONG_LEAVES = 22
+LONG_CLUSTER = "nodes:\n  - {name: n, count: 8, gpus: 8}\n"
+LONG_QUEUES = "queues:\n" + "".join(
+    f"  - {{name: team{i:02d}, deserved_percent: {100 // LONG_LEAVES}}}\n"
+    for i in range(LONG_LEAVES)
+)
+LONG_WORKLOAD = f"""seed: 7
+horizon_s: {LONG_HOURS * 3600}
+generators:
+""" + "".join(
+    f"  - {{name: g{i:02d}, queue: team{i:02d}, arrival: {{type: poisson, rate_per_h: 0.0034}},"
+    " gang_size: {type: choice, values: [1, 2]}, gpus_per_pod: {type: choice, values: [1, 4]},"
+    " runtime_s: {type: lognormal, median: 3600, sigma: 1.0, max: 172800}}\n"
+    for i in range(LONG_LEAVES)
+)
+"""A quiet, long ledger: about 300 jobs over 4,000 hours in 22 leaf queues, the shape that
+made a per-minute ``queue_shares`` write millions of rows."""
+
+
+def long_ledger() -> MemoryLedger:
+    """The 4,000-hour, 22-queue ledger, simulated under the gpuledger policy."""
+    ledger = MemoryLedger(name="long")
+    Simulation(
+        parse(LONG_CLUSTER, ClusterFile),
+        parse(LONG_QUEUES, QueuesFile),
+        parse(LONG_WORKLOAD, WorkloadFile),
+        "gpuledger",
+        ledger,
+    ).run()
+    return ledger
+
+
+def table_rows(db: Path) -> dict[str, int]:
+    """Rows of every projection table."""
+    con = connect(db, read_only=True)
+    try:
+        tables = [
+            str(r[0])
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY 1"
+            ).fetchall()
+        ]
+        counts = {}
+        for t in tables:
+            row = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()  # catalogue names
+            counts[t] = int(row[0]) if row is not None else 0
+        return counts
+    finally:
+        con.close()
+
 
 QUERIES: dict[str, str] = {
     "tenant_percentiles": "SELECT * FROM tenant_percentiles",

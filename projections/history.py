@@ -5,46 +5,40 @@
 are given back to it when a run starts (``load_outcomes``), so it resumes anywhere.
 
 ``ShareFold`` reads the policy core's state that the outcome fold keeps and asks
-``fair_shares`` for every queue's deserved quota and fair share at each minute boundary
-of ledger time. The core's state cannot be rebuilt from table rows, so it is
-pickled into ``projection_state`` together with the offset it reflects, in the same
-transaction; a snapshot written by another version of the core is refused and the
-state refolded from offset 0 instead (rows are not re-emitted).
+``fair_shares`` for every queue's deserved quota and fair share at the minute boundaries
+of ledger time that events cross, storing a row per queue only when its figures change (an
+interval of minutes), so the table grows with the events, not with the clock. The core's
+state cannot be rebuilt from table rows: it is saved into ``projection_state`` in
+``scheduler.snapshot``'s versioned msgpack format, in the same transaction as the rows
+and offset it matches; a snapshot this version cannot read is refused and the state
+refolded from offset 0 instead (rows are not re-emitted).
 """
 
 from __future__ import annotations
 
-import copyreg
-import dataclasses
-import io
 import operator
-import pickle
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from scheduler.core import Job, Node, Queue, State, fair_shares
-from scheduler.core.state import TERMINAL
+from scheduler.core import State, fair_shares
 from scheduler.outcomes import Allocation, JobOutcome, OutcomeFold, PodOutcome
+from scheduler.snapshot import SNAPSHOT_FORMAT, decode_snapshot, encode_snapshot
 
 __all__ = [
     "ALLOCATION_SCHEMA",
     "MINUTE_MS",
     "POD_SCHEMA",
+    "SHARE_SCHEMA",
+    "STATE_FORMAT",
     "ShareFold",
     "allocation_rows",
     "load_outcomes",
     "pod_rows",
-    "state_format",
 ]
 
 MINUTE_MS = 60_000
-MAX_GAP_MINUTES = 7 * 24 * 60
-"""A silent stretch longer than a week emits only its last week of minute rows: a ledger
-mixing simulated (from 0) and wall-clock (epoch) times must not write 29 million rows."""
-
 
 # --------------------------------------------------------------------------- pods
 
@@ -126,10 +120,11 @@ def load_outcomes(
 
 SHARE_SCHEMA = pa.schema(
     [
-        ("minute", pa.int64()),
-        ("at_ms", pa.int64()),
         ("queue", pa.string()),
         ("parent", pa.string()),
+        ("from_minute", pa.int64()),
+        ("to_minute", pa.int64()),
+        ("current", pa.bool_()),
         ("deserved_gpu_milli", pa.int64()),
         ("fair_gpu_milli", pa.int64()),
         ("allocated_gpu_milli", pa.int64()),
@@ -138,73 +133,64 @@ SHARE_SCHEMA = pa.schema(
         ("running_jobs", pa.int32()),
     ]
 )
+"""The stored columns of ``queue_shares``; the projector derives ms, s and GPUs on insert."""
+
+STATE_FORMAT = f"gpuledger-snapshot-{SNAPSHOT_FORMAT}"
+"""``projection_state.format`` of a core state saved with ``scheduler.snapshot``."""
+
+_Figures = tuple[str, int, int, int, int, int, int]
+"""parent, deserved, fair, allocated and requested milli-GPUs, pending and running jobs."""
 
 
-def state_format() -> str:
-    """A fingerprint of the core's state classes: a snapshot is only loaded into the same."""
-    parts = [f"py{sys.version_info[0]}.{sys.version_info[1]}"]
-    for cls in (State, Job, Queue, Node):
-        parts.append(cls.__name__ + ":" + ",".join(f.name for f in dataclasses.fields(cls)))
-    return ";".join(parts)
-
-
-_JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
-_job_fields = operator.attrgetter(*_JOB_FIELDS)
-_PODS = _JOB_FIELDS.index("pods")
-_PER_ATTEMPT = tuple(_JOB_FIELDS.index(name) for name in ("placements", "started", "finished"))
-
-
-def _reduce_job(job: Job) -> tuple[Any, ...]:
-    """Pickle a job as ``Job(*fields)``, leaving out a terminal job's pods and placements
-    (the core forgets most ended jobs itself, into ``State.ended``; the few it keeps are
-    still referred to, e.g. a fifo gang that ended while pending).
-
-    Positional values in field order are a third of the size of a slots class's default
-    ``{slot: value}`` state, and load twice as fast; ``state_format`` names the fields.
-    """
-    values = list(_job_fields(job))
-    if job.status in TERMINAL:
-        values[_PODS] = ()
-        for i in _PER_ATTEMPT:
-            values[i] = {}  # a dict of its own for every job, as ``Job()`` would make
-    return (Job, tuple(values))
-
-
-_SNAPSHOT_DISPATCH: dict[type, Any] = {**copyreg.dispatch_table, Job: _reduce_job}
+@dataclass
+class _Interval:
+    from_minute: int
+    figures: _Figures
 
 
 @dataclass
 class ShareFold:
-    """The core's ``State`` folded up to an offset, and the minute rows not yet written."""
+    """Each queue's figures as intervals of minutes over which they held.
+
+    ``sample`` is called before each event is folded into ``state`` (the core's state,
+    which the job-outcome fold advances): when the event's minute is past the last one
+    sampled, the boundaries in between all see the state as it is, so one ``fair_shares``
+    call covers them, and a queue's interval ends only where its figures change. The
+    current interval of every queue is written again with each batch of rows (its end is
+    the minute after the last one sampled), so a resumed run continues it.
+    """
 
     state: State = field(default_factory=State)
     last_minute: int | None = None
-    """Minute of the latest applied event; boundaries after it are not yet crossed."""
-    rows: list[list[Any]] = field(default_factory=lambda: [[] for _ in SHARE_SCHEMA])
+    """Minute of the latest event sampled; boundaries after it are not yet crossed."""
+    current: dict[str, _Interval] = field(default_factory=dict)
+    closed: list[tuple[str, int, int, _Figures]] = field(default_factory=list)
+    """Intervals ended since the last ``take_rows``: queue, from, to (exclusive), figures."""
 
     def snapshot(self) -> bytes:
-        """The fold as bytes for ``projection_state`` (pending rows are not included).
-
-        The core keeps an ended job only as its id in ``State.ended`` (a re-submission
-        of the name is ignored); the few ended jobs it still holds whole are pickled
-        without their pods and placements. ``_reduce_job`` writes each job's fields
-        directly, so no stripped copies are made.
-        """
-        buffer = io.BytesIO()
-        pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-        pickler.dispatch_table = _SNAPSHOT_DISPATCH
-        pickler.dump((self.state, self.last_minute))
-        return buffer.getvalue()
+        """The core's state in ``scheduler.snapshot``'s versioned msgpack format."""
+        return encode_snapshot("projection", self.state, 0, 0, 0)
 
     @classmethod
-    def restore(cls, blob: bytes) -> ShareFold:
-        """The fold from ``snapshot`` bytes (the caller checked ``state_format``)."""
-        # The projection database is derived data this projector wrote; opening it is
-        # already trusting it, and the format fingerprint guards against a layout change.
-        state, last_minute = pickle.loads(blob)  # noqa: S301
-        if not isinstance(state, State):
-            raise TypeError("projection_state holds no core State")
+    def restore(cls, blob: bytes, last_minute: int | None) -> ShareFold:
+        """The fold from ``snapshot`` bytes and its last minute (``SnapshotError`` if the
+        bytes are not a snapshot this version reads)."""
+        _, state = decode_snapshot(blob)
         return cls(state=state, last_minute=last_minute)
+
+    def resume(self, current: list[dict[str, Any]]) -> None:
+        """Continue the intervals of the stored rows marked ``current``."""
+        for row in current:
+            figures: _Figures = (
+                row["parent"],
+                row["deserved_gpu_milli"],
+                row["fair_gpu_milli"],
+                row["allocated_gpu_milli"],
+                row["requested_gpu_milli"],
+                row["pending_jobs"],
+                row["running_jobs"],
+            )
+            self.current[row["queue"]] = _Interval(row["from_minute"], figures)
 
     def sample(self, at: int) -> None:
         """Sample the minute boundaries ``at`` crosses, before its event is folded."""
@@ -212,7 +198,7 @@ class ShareFold:
         if self.last_minute is None:
             self.last_minute = minute
         elif minute > self.last_minute:
-            self._sample(max(self.last_minute + 1, minute - MAX_GAP_MINUTES + 1), minute)
+            self._sample(self.last_minute + 1)
             self.last_minute = minute
 
     def advance_only(self, at: int) -> None:
@@ -221,12 +207,13 @@ class ShareFold:
         if self.last_minute is None or minute > self.last_minute:
             self.last_minute = minute
 
-    def _sample(self, first: int, last: int) -> None:
-        """Rows for boundaries ``first..last``: the state before the event that crossed them."""
+    def _sample(self, first: int) -> None:
+        """The figures from boundary ``first`` on: close the intervals they change."""
         state = self.state
-        if not state.queues:
+        current = self.current
+        if not state.queues and not current:
             return
-        shares = fair_shares(state)
+        shares = fair_shares(state) if state.queues else None
         pending: dict[str, int] = dict.fromkeys(state.queues, 0)
         running: dict[str, int] = dict.fromkeys(state.queues, 0)
         for queue in state.queues.values():
@@ -234,9 +221,13 @@ class ShareFold:
                 for up in state.ancestors(queue.name):
                     pending[up.name] += len(queue.pending)
                     running[up.name] += len(queue.active)
-        base = [
-            (
-                name,
+        for name in sorted(current.keys() - state.queues.keys()):
+            gone = current.pop(name)  # a removed queue's interval ends
+            self.closed.append((name, gone.from_minute, first, gone.figures))
+        if shares is None:
+            return
+        for name, q in sorted(state.queues.items()):
+            figures: _Figures = (
                 q.parent,
                 shares.deserved[name][0],
                 shares.fair[name][0],
@@ -245,21 +236,30 @@ class ShareFold:
                 pending[name],
                 running[name],
             )
-            for name, q in sorted(state.queues.items())
-        ]
-        cols = self.rows
-        for minute in range(first, last + 1):
-            for values in base:
-                cols[0].append(minute)
-                cols[1].append(minute * MINUTE_MS)
-                for i, value in enumerate(values, start=2):
-                    cols[i].append(value)
+            now = current.get(name)
+            if now is not None and now.figures == figures:
+                continue
+            if now is not None:
+                self.closed.append((name, now.from_minute, first, now.figures))
+            current[name] = _Interval(first, figures)
 
     def take_rows(self) -> pa.Table:
-        """The rows sampled since the last call, as an Arrow table."""
-        table = pa.table(
-            [pa.array(c, f.type) for c, f in zip(self.rows, SHARE_SCHEMA, strict=True)],
+        """The intervals closed since the last call, then every current one (ending after
+        the last minute sampled), as an Arrow table."""
+        cols: list[list[Any]] = [[] for _ in SHARE_SCHEMA]
+        end = (self.last_minute or 0) + 1
+
+        def add(queue: str, start: int, stop: int, is_current: bool, f: _Figures) -> None:
+            values = (queue, f[0], start, stop, is_current, *f[1:])
+            for col, value in zip(cols, values, strict=True):
+                col.append(value)
+
+        for queue, start, stop, figures in self.closed:
+            add(queue, start, stop, False, figures)
+        for queue, interval in sorted(self.current.items()):
+            add(queue, interval.from_minute, end, True, interval.figures)
+        self.closed = []
+        return pa.table(
+            [pa.array(c, f.type) for c, f in zip(cols, SHARE_SCHEMA, strict=True)],
             schema=SHARE_SCHEMA,
         )
-        self.rows = [[] for _ in SHARE_SCHEMA]
-        return table

@@ -9,8 +9,8 @@ The projector reads envelopes from any ``LedgerReader`` and maintains:
   (GPU slots, from/to, why it ended);
 * ``preemptions`` — who was preempted, by whom, under which rule, and the work lost;
 * ``gpu_utilization`` — monitoring samples (``gpu_utilization_sampled``) for drift;
-* ``queue_shares`` — per minute of ledger time, each queue's deserved quota, fair share,
-  allocation and request, computed by folding the ledger through the policy core;
+* ``queue_shares`` — each queue's deserved quota, fair share, allocation and request over
+  minutes of ledger time, a row per change (views give per-minute and per-window figures);
 * ``tenant_percentiles`` / ``overall_percentiles`` and the views of
   ``projections.views`` — percentiles per queue and tree level, fairness SLO windows,
   weekly preemptions, GPU usage, GPUs requested but not allocated, throughput.
@@ -18,9 +18,11 @@ The projector reads envelopes from any ``LedgerReader`` and maintains:
 It is incremental and idempotent. ``projection_offsets`` records, per projection, the
 next ledger offset to apply; each batch's rows and the advanced offsets commit in one
 DuckDB transaction, so a re-run never applies an event twice and a crash mid-batch
-leaves the previous batch's consistent state. The job fold keeps non-terminal jobs in
-memory between batches and reloads them from ``jobs`` when a run starts, which is why
-the table carries a few internal counters beside the reported columns.
+leaves the previous batch's consistent state. Every event is folded through the policy
+core once (``scheduler.outcomes.OutcomeFold``); the jobs, pods and allocations are read
+off its state, and ``queue_shares`` samples it. The job outcomes of live jobs are reloaded
+from ``jobs``, ``pods`` and ``allocations`` when a run starts, the core's state from its
+snapshot in ``projection_state``.
 
 Rows are bulk-inserted from Arrow tables registered in DuckDB (``INSERT … SELECT``),
 never row by row, so a million events project in seconds.
@@ -58,15 +60,23 @@ from events.model import (
 from events.port import LedgerReader
 from projections.history import (
     ALLOCATION_SCHEMA,
+    MINUTE_MS,
     POD_SCHEMA,
+    STATE_FORMAT,
     ShareFold,
     allocation_rows,
     load_outcomes,
     pod_rows,
-    state_format,
 )
-from projections.views import JOB_AGGREGATES, VIEW_DDL, VIEW_NAMES
+from projections.views import (
+    JOB_AGGREGATES,
+    SHARE_VIEW_DDL,
+    SHARE_VIEW_NAMES,
+    VIEW_DDL,
+    VIEW_NAMES,
+)
 from scheduler.outcomes import DONE_STATUSES, OutcomeFold
+from scheduler.snapshot import SnapshotError
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -288,6 +298,40 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         *VIEW_DDL,
     ),
+    (
+        # queue_shares as intervals: a row per queue per change instead of per minute.
+        "DROP TABLE queue_shares",
+        """
+        CREATE TABLE queue_shares (
+            queue TEXT NOT NULL,
+            parent TEXT NOT NULL,
+            from_minute BIGINT NOT NULL,
+            to_minute BIGINT NOT NULL,
+            current BOOLEAN NOT NULL,
+            from_ms BIGINT NOT NULL,
+            to_ms BIGINT NOT NULL,
+            from_s DOUBLE NOT NULL,
+            to_s DOUBLE NOT NULL,
+            deserved_gpu_milli BIGINT NOT NULL,
+            fair_gpu_milli BIGINT NOT NULL,
+            allocated_gpu_milli BIGINT NOT NULL,
+            requested_gpu_milli BIGINT NOT NULL,
+            deserved_gpus DOUBLE NOT NULL,
+            fair_gpus DOUBLE NOT NULL,
+            allocated_gpus DOUBLE NOT NULL,
+            requested_gpus DOUBLE NOT NULL,
+            pending_jobs INTEGER NOT NULL,
+            running_jobs INTEGER NOT NULL,
+            PRIMARY KEY (queue, from_minute)
+        )
+        """,
+        # The core's state is saved in scheduler.snapshot's format from now on: the
+        # pickled one is dropped and queue_shares refolded from the start.
+        "DELETE FROM projection_state",
+        "ALTER TABLE projection_state ADD COLUMN last_minute BIGINT",
+        "DELETE FROM projection_offsets WHERE projection = 'queue_shares'",
+        *SHARE_VIEW_DDL,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -389,7 +433,7 @@ def connect(
 
 def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
     with _transaction(con):
-        for kind, name in VIEW_NAMES:
+        for kind, name in (*SHARE_VIEW_NAMES, *VIEW_NAMES):
             con.execute(f"DROP {kind} IF EXISTS {name}")
         for view in _VIEWS:
             con.execute(f"DROP VIEW IF EXISTS {view}")
@@ -777,9 +821,12 @@ _ALLOCATION_SELECT = """
 """
 _AT_SELECT = "b.*, b.at_ms / 1000 AS at_s"
 _PREEMPTION_SELECT = "b.*, b.at_ms / 1000 AS at_s, b.lost_gpu_ms / 1000 AS lost_gpu_s"
-_SHARE_SELECT = """
+_SHARE_SELECT = f"""
     b.*,
-    b.at_ms / 1000 AS at_s,
+    b.from_minute * {MINUTE_MS} AS from_ms,
+    b.to_minute * {MINUTE_MS} AS to_ms,
+    b.from_minute * 60.0 AS from_s,
+    b.to_minute * 60.0 AS to_s,
     b.deserved_gpu_milli / 1000 AS deserved_gpus,
     b.fair_gpu_milli / 1000 AS fair_gpus,
     b.allocated_gpu_milli / 1000 AS allocated_gpus,
@@ -787,8 +834,8 @@ _SHARE_SELECT = """
 """
 
 _SNAPSHOT_EVENTS = 1_000_000
-"""Events folded between snapshots of the core's state (at least): pickling it costs
-about a second per 200,000 jobs, and between snapshots only queue_shares lags behind."""
+"""Events folded between snapshots of the core's state (at least): encoding it costs in
+proportion to the jobs it holds, and between snapshots only queue_shares lags behind."""
 _SNAPSHOT_EVENTS_PER_JOB = 10
 """…and at least this many events per job the state knows (live, or ended and kept as its
 id), so that the snapshots of a long ledger cost a bounded share of the run."""
@@ -943,17 +990,19 @@ def _load_extra(
     ``fold.outcomes`` (from its snapshot, or refolded if it must be)."""
     from_shares, from_jobs = next_offsets["queue_shares"], next_offsets["jobs"]
     shares: ShareFold | None = None
+    current = _rows_as_dicts(con.execute("SELECT * FROM queue_shares WHERE current ORDER BY queue"))
     if 0 < from_shares <= from_jobs:
         row = con.execute(
-            "SELECT format, state FROM projection_state WHERE projection = 'queue_shares'"
+            "SELECT format, state, last_minute FROM projection_state "
+            "WHERE projection = 'queue_shares'"
         ).fetchone()
-        if row is not None and row[0] == state_format():
-            with contextlib.suppress(Exception):  # an unreadable snapshot is refolded
-                shares = ShareFold.restore(bytes(row[1]))
+        if row is not None and row[0] == STATE_FORMAT:
+            with contextlib.suppress(SnapshotError):  # an unreadable snapshot is refolded
+                shares = ShareFold.restore(bytes(row[1]), row[2])
     if shares is not None:
         from_core = from_shares
     else:
-        # No snapshot of this core version, or one the jobs have not reached: fold the
+        # No snapshot this version reads, or one the jobs have not reached: fold the
         # prefix again, recording nothing (its rows are stored already).
         from_core = min(from_shares, from_jobs)
         shares = ShareFold()
@@ -964,6 +1013,7 @@ def _load_extra(
                     event = decode_event(env, offset)
                     shares.advance_only(env.at)
                     fold.outcomes.apply(event, offset, env.at, record=False)
+    shares.resume(current)
     fold.outcomes.state = shares.state
     return _Extra(
         shares=shares,
@@ -988,6 +1038,8 @@ class _Batch:
     shares: pa.Table | None
     """The buffered minute rows, with ``state`` when the core's state is snapshotted."""
     state: bytes | None
+    last_minute: int | None
+    """The share fold's last sampled minute, saved beside ``state``."""
     offsets: list[tuple[str, int]]
     """The projections this batch advances, and to where."""
     records: int
@@ -1030,6 +1082,7 @@ def _prepare_batch(
         samples=extra.take(_SAMPLE_SCHEMA, extra.samples),
         shares=extra.shares.take_rows() if snapshot else None,
         state=extra.shares.snapshot() if snapshot else None,
+        last_minute=extra.shares.last_minute,
         offsets=[
             (p, max(batch_next, next_offsets[p]))
             for p in PROJECTIONS
@@ -1076,11 +1129,18 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, batch: _Batch) -> int:
         written += _insert(con, "preemptions", batch.preemptions, select=_PREEMPTION_SELECT)
         written += _insert(con, "gpu_utilization", batch.samples, select=_AT_SELECT)
         if batch.shares is not None:
-            written += _insert(con, "queue_shares", batch.shares, select=_SHARE_SELECT)
+            written += _insert(
+                con,
+                "queue_shares",
+                batch.shares,
+                key=("queue", "from_minute"),
+                select=_SHARE_SELECT,
+            )
         if batch.state is not None:
             con.execute(
-                "INSERT OR REPLACE INTO projection_state VALUES ('queue_shares', ?, ?)",
-                [state_format(), batch.state],
+                "INSERT OR REPLACE INTO projection_state (projection, format, state, last_minute) "
+                "VALUES ('queue_shares', ?, ?, ?)",
+                [STATE_FORMAT, batch.state, batch.last_minute],
             )
         con.executemany(
             "INSERT OR REPLACE INTO projection_offsets VALUES (?, ?)",

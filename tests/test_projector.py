@@ -150,7 +150,7 @@ SNAPSHOT_QUERIES = {
     "pods": "SELECT * FROM pods ORDER BY job, pod",
     "allocations": "SELECT * FROM allocations ORDER BY allocation_id",
     "preemptions": 'SELECT * FROM preemptions ORDER BY "offset"',
-    "queue_shares": "SELECT * FROM queue_shares ORDER BY minute, queue",
+    "queue_shares": "SELECT * FROM queue_shares ORDER BY queue, from_minute",
     "tree": "SELECT * FROM tree_percentiles ORDER BY tree_path",
     "slo": "SELECT * FROM fairness_slo ORDER BY queue, window_end_s",
     "weekly": "SELECT * FROM preemptions_weekly ORDER BY queue, week",
@@ -632,7 +632,7 @@ def test_rebuild_equals_fresh(tmp_path: Path) -> None:
         project(prefix(reader, 10), db)  # the database is ahead of this ledger
     project(reader, db, rebuild=True)
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
-    assert query(db, "SELECT version FROM schema_version ORDER BY version") == [(1,), (2,)]
+    assert query(db, "SELECT version FROM schema_version ORDER BY version") == [(1,), (2,), (3,)]
 
 
 # --------------------------------------------------------------------------- raw events
