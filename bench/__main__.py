@@ -102,9 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows += replay_rows(ledger, fifo_ledger)
     del fifo_ledger  # a million records the projection below need not share memory with
-    from bench.projection import rows as projection_rows  # noqa: PLC0415  # DuckDB bench
+    from bench.projection import long_rows  # noqa: PLC0415  # DuckDB bench
+    from bench.projection import rows as projection_rows  # noqa: PLC0415
 
     rows += projection_rows(ledger)  # the month's first 1,000,000 events into DuckDB
+    rows += long_rows()  # a quiet 4,000-hour, 22-queue ledger
     if args.kafka:
         from bench.kafka_bench import rows as kafka_rows  # noqa: PLC0415  # needs the broker
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from projections.projector import SCHEMA_VERSION, connect
-from projections.views import VIEW_DDL
+from projections.views import SHARE_VIEW_DDL, VIEW_DDL
 
 __all__ = ["PARTITIONED", "UNPARTITIONED", "export_parquet", "open_parquet"]
 
@@ -26,7 +26,7 @@ PARTITIONED: dict[str, str] = {
     "allocations": "from_ms",
     "preemptions": "at_ms",
     "gpu_utilization": "at_ms",
-    "queue_shares": "at_ms",
+    "queue_shares": "from_ms",
 }
 """Tables split by day, and the millisecond column that decides the day."""
 UNPARTITIONED: tuple[str, ...] = ("queues", "pods")
@@ -132,7 +132,7 @@ def open_parquet(directory: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}')")  # noqa: S608
         for view in _V1_VIEWS:
             con.execute("CREATE VIEW " + view.format(agg=JOB_AGGREGATES))
-        for statement in VIEW_DDL:
+        for statement in (*VIEW_DDL, *SHARE_VIEW_DDL):
             con.execute(statement)
     except BaseException:
         con.close()

@@ -9,8 +9,8 @@ The projector reads envelopes from any ``LedgerReader`` and maintains:
   (GPU slots, from/to, why it ended);
 * ``preemptions`` — who was preempted, by whom, under which rule, and the work lost;
 * ``gpu_utilization`` — monitoring samples (``gpu_utilization_sampled``) for drift;
-* ``queue_shares`` — per minute of ledger time, each queue's deserved quota, fair share,
-  allocation and request, computed by folding the ledger through the policy core;
+* ``queue_shares`` — each queue's deserved quota, fair share, allocation and request over
+  minutes of ledger time, a row per change (views give per-minute and per-window figures);
 * ``tenant_percentiles`` / ``overall_percentiles`` and the views of
   ``projections.views`` — percentiles per queue and tree level, fairness SLO windows,
   weekly preemptions, GPU usage, GPUs requested but not allocated, throughput.
@@ -18,9 +18,11 @@ The projector reads envelopes from any ``LedgerReader`` and maintains:
 It is incremental and idempotent. ``projection_offsets`` records, per projection, the
 next ledger offset to apply; each batch's rows and the advanced offsets commit in one
 DuckDB transaction, so a re-run never applies an event twice and a crash mid-batch
-leaves the previous batch's consistent state. The job fold keeps non-terminal jobs in
-memory between batches and reloads them from ``jobs`` when a run starts, which is why
-the table carries a few internal counters beside the reported columns.
+leaves the previous batch's consistent state. Every event is folded through the policy
+core once (``scheduler.outcomes.OutcomeFold``); the jobs, pods and allocations are read
+off its state, and ``queue_shares`` samples it. The job outcomes of live jobs are reloaded
+from ``jobs``, ``pods`` and ``allocations`` when a run starts, the core's state from its
+snapshot in ``projection_state``.
 
 Rows are bulk-inserted from Arrow tables registered in DuckDB (``INSERT … SELECT``),
 never row by row, so a million events project in seconds.
@@ -49,31 +51,32 @@ import pyarrow.compute as pc
 from events.codec import Envelope, UnknownEventType, decode_event
 from events.model import (
     MILLI,
-    BindFailed,
     Event,
     GpuUtilizationSampled,
-    JobCancelled,
     JobPreempted,
-    JobSubmitted,
-    JobTerminated,
-    JobUnschedulable,
-    NodeRemoved,
-    PodDeleted,
-    PodFinished,
-    PodsAllocated,
-    PodStarted,
     QueueConfigured,
     QueueRemoved,
 )
 from events.port import LedgerReader
 from projections.history import (
     ALLOCATION_SCHEMA,
+    MINUTE_MS,
     POD_SCHEMA,
-    PodFold,
+    STATE_FORMAT,
     ShareFold,
-    state_format,
+    allocation_rows,
+    load_outcomes,
+    pod_rows,
 )
-from projections.views import JOB_AGGREGATES, VIEW_DDL, VIEW_NAMES
+from projections.views import (
+    JOB_AGGREGATES,
+    SHARE_VIEW_DDL,
+    SHARE_VIEW_NAMES,
+    VIEW_DDL,
+    VIEW_NAMES,
+)
+from scheduler.outcomes import DONE_STATUSES, OutcomeFold
+from scheduler.snapshot import SnapshotError
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -100,7 +103,7 @@ PROJECTIONS: tuple[str, ...] = (
 ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "allocated", "running"})
 """Job statuses that later events can still change."""
 
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "unschedulable"})
+TERMINAL_STATUSES: frozenset[str] = DONE_STATUSES
 """Job statuses that only a new ``job_submitted`` of the same name replaces."""
 
 
@@ -295,6 +298,40 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         *VIEW_DDL,
     ),
+    (
+        # queue_shares as intervals: a row per queue per change instead of per minute.
+        "DROP TABLE queue_shares",
+        """
+        CREATE TABLE queue_shares (
+            queue TEXT NOT NULL,
+            parent TEXT NOT NULL,
+            from_minute BIGINT NOT NULL,
+            to_minute BIGINT NOT NULL,
+            current BOOLEAN NOT NULL,
+            from_ms BIGINT NOT NULL,
+            to_ms BIGINT NOT NULL,
+            from_s DOUBLE NOT NULL,
+            to_s DOUBLE NOT NULL,
+            deserved_gpu_milli BIGINT NOT NULL,
+            fair_gpu_milli BIGINT NOT NULL,
+            allocated_gpu_milli BIGINT NOT NULL,
+            requested_gpu_milli BIGINT NOT NULL,
+            deserved_gpus DOUBLE NOT NULL,
+            fair_gpus DOUBLE NOT NULL,
+            allocated_gpus DOUBLE NOT NULL,
+            requested_gpus DOUBLE NOT NULL,
+            pending_jobs INTEGER NOT NULL,
+            running_jobs INTEGER NOT NULL,
+            PRIMARY KEY (queue, from_minute)
+        )
+        """,
+        # The core's state is saved in scheduler.snapshot's format from now on: the
+        # pickled one is dropped and queue_shares refolded from the start.
+        "DELETE FROM projection_state",
+        "ALTER TABLE projection_state ADD COLUMN last_minute BIGINT",
+        "DELETE FROM projection_offsets WHERE projection = 'queue_shares'",
+        *SHARE_VIEW_DDL,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -396,7 +433,7 @@ def connect(
 
 def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
     with _transaction(con):
-        for kind, name in VIEW_NAMES:
+        for kind, name in (*SHARE_VIEW_NAMES, *VIEW_NAMES):
             con.execute(f"DROP {kind} IF EXISTS {name}")
         for view in _VIEWS:
             con.execute(f"DROP VIEW IF EXISTS {view}")
@@ -405,40 +442,6 @@ def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
 
 
 # --------------------------------------------------------------------------- fold state
-
-
-@dataclass(slots=True)
-class _Job:
-    """The fold state of one job, exactly the columns ``_JOB_STATE_SCHEMA`` stores."""
-
-    job: str
-    queue: str
-    priority_class: str
-    pods: int
-    min_members: int
-    gpu_milli: int
-    submitted_at_ms: int
-    submitted_offset: int
-    updated_offset: int
-    ready_at_ms: int | None = None
-    finished_at_ms: int | None = None
-    status: str = "pending"
-    preemptions: int = 0
-    lost_gpu_ms: int = 0
-    unschedulable_reason: str | None = None
-    # Counters of the current attempt; a preemption starts a new attempt.
-    started_pods: int = 0
-    finished_pods: int = 0
-    failed_pods: int = 0
-
-    @property
-    def needed(self) -> int:
-        """Pods that must run for the gang to be ready (min_members 0 means all)."""
-        return self.min_members if self.min_members > 0 else self.pods
-
-    def finish(self, status: str, at: int) -> None:
-        self.status = status
-        self.finished_at_ms = at
 
 
 @dataclass(slots=True)
@@ -482,20 +485,23 @@ _JOB_STATE_SCHEMA = pa.schema(
     ]
 )
 _JOB_STATE_COLUMNS: tuple[str, ...] = tuple(_JOB_STATE_SCHEMA.names)
-_job_state = operator.attrgetter(*_JOB_STATE_COLUMNS)
+# The batch carries the two durations as ``scheduler.outcomes`` defines them, too.
+_JOB_BATCH_SCHEMA = _JOB_STATE_SCHEMA.append(pa.field("time_to_ready_ms", pa.int64())).append(
+    pa.field("completion_ms", pa.int64())
+)
+_job_batch = operator.attrgetter(*_JOB_BATCH_SCHEMA.names)
 
 # Integer ``/`` in DuckDB is DOUBLE division, correctly rounded like Python's ``/``.
 _JOB_SELECT = """
-    b.*,
+    b.* EXCLUDE (time_to_ready_ms, completion_ms),
     coalesce(q.path, b.queue) AS queue_path,
     b.gpu_milli / 1000 AS gpus,
     b.submitted_at_ms / 1000 AS submitted_at_s,
     b.ready_at_ms / 1000 AS ready_at_s,
     b.finished_at_ms / 1000 AS finished_at_s,
     b.lost_gpu_ms / 1000 AS lost_gpu_s,
-    (b.ready_at_ms - b.submitted_at_ms) / 1000 AS time_to_ready_s,
-    CASE WHEN b.status IN ('succeeded', 'failed')
-        THEN (b.finished_at_ms - b.submitted_at_ms) / 1000 END AS completion_s
+    b.time_to_ready_ms / 1000 AS time_to_ready_s,
+    b.completion_ms / 1000 AS completion_s
 """
 
 _QUEUE_SCHEMA = pa.schema(
@@ -553,11 +559,11 @@ def _queue_paths(queues: dict[str, _Queue]) -> None:
 
 @dataclass
 class _Fold:
-    """The in-memory fold of one run: active jobs, all queues, and the batch's changes."""
+    """The in-memory fold of one run: the job outcomes (with the core's state they are
+    read from), all queues, and the batch's changes."""
 
-    jobs: dict[str, _Job]
+    outcomes: OutcomeFold
     queues: dict[str, _Queue]
-    dirty_jobs: dict[str, _Job] = field(default_factory=dict)
     queues_changed: bool = False
 
     def apply_queue(self, event: Event, offset: int, at: int) -> None:
@@ -585,97 +591,38 @@ class _Fold:
             case _:
                 pass
 
-    def apply_job(self, event: Event, offset: int, at: int) -> None:
-        if isinstance(event, JobSubmitted):
-            self._submit(event, offset, at)
-            return
-        # Events about a job this fold does not hold are dropped: either the job was
-        # never submitted in this ledger, or it is terminal and was evicted from memory
-        # after an earlier batch, where it would have ignored the event anyway.
-        name = getattr(event, "job", None)  # node, queue and cycle events have none
-        job = self.jobs.get(name) if isinstance(name, str) else None
-        if job is None or job.status not in ACTIVE_STATUSES:
-            return
-        match event:
-            case PodStarted():
-                job.started_pods += 1
-                if job.started_pods >= job.needed and job.status != "running":
-                    job.status = "running"
-                    if job.ready_at_ms is None:
-                        job.ready_at_ms = at
-            case PodFinished():
-                job.finished_pods += 1
-                if not event.succeeded:
-                    job.failed_pods += 1
-                if job.finished_pods >= job.pods:
-                    job.finish("failed" if job.failed_pods else "succeeded", at)
-            case PodsAllocated():
-                if job.status == "pending":
-                    job.status = "allocated"
-            case JobPreempted():
-                job.preemptions += 1
-                job.lost_gpu_ms += event.lost_gpu_ms
-                # A new attempt: the gang must start (and finish) all over again.
-                job.started_pods = job.finished_pods = job.failed_pods = 0
-                job.status = "pending"
-            case BindFailed():
-                # The allocation is released; the job waits to be placed again.
-                if job.status == "allocated":
-                    job.status = "pending"
-            case JobCancelled():
-                job.finish("cancelled", at)
-            case JobTerminated():
-                job.finish("failed", at)
-            case PodDeleted():
-                if job.status != "pending":
-                    return  # a placed job ends by the JobTerminated that follows, if at all
-                job.finish("cancelled", at)
-            case JobUnschedulable():
-                job.unschedulable_reason = event.reason
-                if event.final:
-                    job.finish("unschedulable", at)
-            case _:
-                return  # pod_bound, pod_evicted: no change to the job's row
-        job.updated_offset = offset
-        self.dirty_jobs[job.job] = job
-
-    def _submit(self, event: JobSubmitted, offset: int, at: int) -> None:
-        known = self.jobs.get(event.job)
-        if known is not None and known.status in ACTIVE_STATUSES:
-            return  # a duplicate submission does not restart a live job
-        job = _Job(
-            job=event.job,
-            queue=event.queue,
-            priority_class=event.priority_class,
-            pods=len(event.pods),
-            min_members=event.min_members,
-            gpu_milli=sum(p.gpu_milli for p in event.pods),
-            submitted_at_ms=at,
-            submitted_offset=offset,
-            updated_offset=offset,
-        )
-        # A name reused after the first job ended starts a new row (the last one wins).
-        self.jobs[event.job] = job
-        self.dirty_jobs[event.job] = job
-
     def end_batch(self) -> None:
-        """Forget the batch's changes and evict terminal jobs (they can't change again)."""
-        for name, job in self.dirty_jobs.items():
-            if job.status in TERMINAL_STATUSES and self.jobs.get(name) is job:
-                del self.jobs[name]
-        self.dirty_jobs = {}
+        """Forget the batch's changes (the job outcomes' ``end_batch`` is called too)."""
+        self.outcomes.end_batch()
         self.queues_changed = False
 
 
-def _load_fold(con: duckdb.DuckDBPyConnection) -> _Fold:
+def _load_fold(con: duckdb.DuckDBPyConnection, *, live_jobs: bool) -> _Fold:
+    """The queues, and (with ``live_jobs``) the live jobs' outcomes as the tables left them
+    (the core's state they are read from is restored by ``_load_extra``)."""
     columns = ", ".join(_JOB_STATE_COLUMNS)
-    jobs: dict[str, _Job] = {}
-    cursor = con.execute(
-        f"SELECT {columns} FROM jobs WHERE status IN ('pending', 'allocated', 'running')"  # noqa: S608  # constant column list
+    live = "('pending', 'allocated', 'running')" if live_jobs else "()"
+    outcomes = OutcomeFold()
+    pod_cols = ", ".join(POD_SCHEMA.names)
+    alloc_cols = ", ".join(ALLOCATION_SCHEMA.names)
+    # Column lists and the status list are module constants.
+    load_outcomes(
+        outcomes,
+        _rows_as_dicts(con.execute(f"SELECT {columns} FROM jobs WHERE status IN {live}")),  # noqa: S608
+        _rows_as_dicts(
+            con.execute(
+                f"SELECT {pod_cols} FROM pods WHERE job IN ("  # noqa: S608
+                f"SELECT job FROM jobs WHERE status IN {live}) ORDER BY job, pod"
+            )
+        ),
+        _rows_as_dicts(
+            con.execute(
+                f"SELECT {alloc_cols} FROM allocations WHERE to_ms IS NULL "  # noqa: S608
+                f"AND job IN (SELECT job FROM jobs WHERE status IN {live}) "
+                "ORDER BY allocated_offset, pod"
+            )
+        ),
     )
-    for values in cursor.fetchall():
-        job = _Job(**dict(zip(_JOB_STATE_COLUMNS, values, strict=True)))
-        jobs[job.job] = job
     queues: dict[str, _Queue] = {}
     for row in con.execute(
         "SELECT queue, parent, deserved_gpus, deserved_gpu_percent, limit_gpus, "
@@ -684,19 +631,20 @@ def _load_fold(con: duckdb.DuckDBPyConnection) -> _Fold:
     ).fetchall():
         q = _Queue(*row)
         queues[q.queue] = q
-    return _Fold(jobs=jobs, queues=queues)
+    return _Fold(outcomes=outcomes, queues=queues)
 
 
 # --------------------------------------------------------------------------- batch writing
 
 
 def _job_rows(fold: _Fold) -> pa.Table:
-    """The batch's changed jobs as fold-state columns; ``_JOB_SELECT`` derives the rest."""
-    rows = list(map(_job_state, fold.dirty_jobs.values()))
-    columns = zip(*rows, strict=True) if rows else ([] for _ in _JOB_STATE_SCHEMA)
+    """The batch's changed jobs as stored columns and durations; ``_JOB_SELECT`` derives
+    the rest."""
+    rows = list(map(_job_batch, fold.outcomes.changed_jobs.values()))
+    columns = zip(*rows, strict=True) if rows else ([] for _ in _JOB_BATCH_SCHEMA)
     return pa.table(
-        [pa.array(col, f.type) for col, f in zip(columns, _JOB_STATE_SCHEMA, strict=True)],
-        schema=_JOB_STATE_SCHEMA,
+        [pa.array(col, f.type) for col, f in zip(columns, _JOB_BATCH_SCHEMA, strict=True)],
+        schema=_JOB_BATCH_SCHEMA,
     )
 
 
@@ -832,23 +780,6 @@ def _quick_switches() -> Iterator[None]:
 
 
 _QUEUE_EVENTS: frozenset[type[Event]] = frozenset({QueueConfigured, QueueRemoved})
-_JOB_EVENTS: frozenset[type[Event]] = frozenset(
-    {
-        JobSubmitted,
-        PodsAllocated,
-        PodStarted,
-        PodFinished,
-        JobPreempted,
-        BindFailed,
-        JobCancelled,
-        JobUnschedulable,
-        JobTerminated,
-        PodDeleted,
-    }
-)
-"""The event types that change a row of ``jobs`` or ``pods`` (with ``NodeRemoved`` for
-pods): the others would only be looked at and dropped by ``_Fold`` and ``PodFold``."""
-
 _PREEMPTION_SCHEMA = pa.schema(
     [
         ("offset", pa.int64()),
@@ -890,9 +821,12 @@ _ALLOCATION_SELECT = """
 """
 _AT_SELECT = "b.*, b.at_ms / 1000 AS at_s"
 _PREEMPTION_SELECT = "b.*, b.at_ms / 1000 AS at_s, b.lost_gpu_ms / 1000 AS lost_gpu_s"
-_SHARE_SELECT = """
+_SHARE_SELECT = f"""
     b.*,
-    b.at_ms / 1000 AS at_s,
+    b.from_minute * {MINUTE_MS} AS from_ms,
+    b.to_minute * {MINUTE_MS} AS to_ms,
+    b.from_minute * 60.0 AS from_s,
+    b.to_minute * 60.0 AS to_s,
     b.deserved_gpu_milli / 1000 AS deserved_gpus,
     b.fair_gpu_milli / 1000 AS fair_gpus,
     b.allocated_gpu_milli / 1000 AS allocated_gpus,
@@ -900,8 +834,8 @@ _SHARE_SELECT = """
 """
 
 _SNAPSHOT_EVENTS = 1_000_000
-"""Events folded between snapshots of the core's state (at least): pickling it costs
-about a second per 200,000 jobs, and between snapshots only queue_shares lags behind."""
+"""Events folded between snapshots of the core's state (at least): encoding it costs in
+proportion to the jobs it holds, and between snapshots only queue_shares lags behind."""
 _SNAPSHOT_EVENTS_PER_JOB = 10
 """…and at least this many events per job the state knows (live, or ended and kept as its
 id), so that the snapshots of a long ledger cost a bounded share of the run."""
@@ -911,9 +845,9 @@ id), so that the snapshots of a long ledger cost a bounded share of the run."""
 class _Extra:
     """The schema-2 folds of one run and where each starts in the ledger."""
 
-    pods: PodFold
     shares: ShareFold
-    from_pods: int
+    from_core: int
+    """The first offset the core's state (``_Fold.outcomes.state``) has not folded."""
     from_preemptions: int
     from_samples: int
     from_shares: int
@@ -949,8 +883,8 @@ def _fold_batch(
 
     The hot loop of the projector: columns are plain lists with their ``append`` bound
     once, and the derived columns (seconds, text payload) are computed by Arrow in bulk.
-    Each event goes only to the folds its type concerns (``_JOB_EVENTS``, …): cycle
-    records, ticks and binds, over half of a ledger, reach nothing but the share fold.
+    Every event is folded into the core's state by the job-outcome fold (which records
+    outcomes from ``from_jobs`` on); the share fold samples that state before each event.
     """
     offsets: list[int] = []
     ats: list[int] = []
@@ -962,9 +896,9 @@ def _fold_batch(
     add_offset, add_at, add_type = offsets.append, ats.append, types.append
     add_key, add_version, add_known = keys.append, versions.append, known.append
     add_payload, encode = payloads.append, _payload_json.encode
-    apply_queue, apply_job = fold.apply_queue, fold.apply_job
-    apply_pods, apply_shares = extra.pods.apply, extra.shares.apply
-    from_pods, from_shares = extra.from_pods, extra.from_shares
+    apply_queue, apply_core = fold.apply_queue, fold.outcomes.apply
+    sample, advance_shares = extra.shares.sample, extra.shares.advance_only
+    from_core, from_shares = extra.from_core, extra.from_shares
     from_preemptions, from_samples = extra.from_preemptions, extra.from_samples
     for offset, env in chunk:
         at = env.at
@@ -982,24 +916,20 @@ def _fold_batch(
             add_payload(encode(event if event is not None else msgspec.msgpack.decode(env.payload)))
         if event is None:
             continue
-        kind = type(event)
-        if kind in _JOB_EVENTS:
-            if offset >= from_jobs:
-                apply_job(event, offset, at)
-            if offset >= from_pods:
-                apply_pods(event, offset, at)
-            if isinstance(event, JobPreempted) and offset >= from_preemptions:
+        if isinstance(event, JobPreempted):
+            if offset >= from_preemptions:
                 _preemption_row(extra.preemptions, event, offset, at)
         elif isinstance(event, GpuUtilizationSampled):
             if offset >= from_samples:
                 _sample_row(extra.samples, event, offset, at)
-        elif kind in _QUEUE_EVENTS:
-            if offset >= from_queues:
-                apply_queue(event, offset, at)
-        elif kind is NodeRemoved and offset >= from_pods:
-            apply_pods(event, offset, at)
-        if offset >= from_shares:
-            apply_shares(event, at)
+        elif type(event) in _QUEUE_EVENTS and offset >= from_queues:
+            apply_queue(event, offset, at)
+        if offset >= from_core:
+            if offset >= from_shares:
+                sample(at)
+            else:
+                advance_shares(at)
+            apply_core(event, offset, at, record=offset >= from_jobs)
     at_ms = pa.array(ats, pa.int64())
     return pa.table(
         [
@@ -1051,47 +981,43 @@ def _rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def _load_extra(
-    con: duckdb.DuckDBPyConnection, reader: LedgerReader, next_offsets: dict[str, int]
+    con: duckdb.DuckDBPyConnection,
+    reader: LedgerReader,
+    next_offsets: dict[str, int],
+    fold: _Fold,
 ) -> _Extra:
-    """The schema-2 folds as the database left them (the core refolded if it must be)."""
-    pod_cols = ", ".join(POD_SCHEMA.names)
-    alloc_cols = ", ".join(ALLOCATION_SCHEMA.names)
-    pods = PodFold.load(
-        _rows_as_dicts(
-            con.execute(
-                f"SELECT {pod_cols} FROM pods WHERE job IN ("  # noqa: S608  # constant columns
-                "SELECT job FROM pods GROUP BY job HAVING bool_or(status IN "
-                "('pending', 'allocated', 'running'))) ORDER BY job, pod"
-            )
-        ),
-        _rows_as_dicts(
-            con.execute(
-                f"SELECT {alloc_cols} FROM allocations WHERE to_ms IS NULL "  # noqa: S608
-                "ORDER BY allocated_offset, pod"
-            )
-        ),
-    )
-    from_shares = next_offsets["queue_shares"]
+    """The share fold as the database left it, with the core's state restored into
+    ``fold.outcomes`` (from its snapshot, or refolded if it must be)."""
+    from_shares, from_jobs = next_offsets["queue_shares"], next_offsets["jobs"]
     shares: ShareFold | None = None
-    if from_shares > 0:
+    current = _rows_as_dicts(con.execute("SELECT * FROM queue_shares WHERE current ORDER BY queue"))
+    if 0 < from_shares <= from_jobs:
         row = con.execute(
-            "SELECT format, state FROM projection_state WHERE projection = 'queue_shares'"
+            "SELECT format, state, last_minute FROM projection_state "
+            "WHERE projection = 'queue_shares'"
         ).fetchone()
-        if row is not None and row[0] == state_format():
-            with contextlib.suppress(Exception):  # an unreadable snapshot is refolded
-                shares = ShareFold.restore(bytes(row[1]))
-        if shares is None:
-            # Another core version wrote the snapshot: fold the prefix again, emitting no
-            # rows (they are stored already), so the minutes after it continue exactly.
-            shares = ShareFold()
-            with _gc_paused():
-                for offset, env in reader.read(0, from_shares):
-                    with contextlib.suppress(UnknownEventType):
-                        shares.advance_only(decode_event(env, offset), env.at)
+        if row is not None and row[0] == STATE_FORMAT:
+            with contextlib.suppress(SnapshotError):  # an unreadable snapshot is refolded
+                shares = ShareFold.restore(bytes(row[1]), row[2])
+    if shares is not None:
+        from_core = from_shares
+    else:
+        # No snapshot this version reads, or one the jobs have not reached: fold the
+        # prefix again, recording nothing (its rows are stored already).
+        from_core = min(from_shares, from_jobs)
+        shares = ShareFold()
+        fold.outcomes.state = shares.state
+        with _gc_paused():
+            for offset, env in reader.read(0, from_core):
+                with contextlib.suppress(UnknownEventType):
+                    event = decode_event(env, offset)
+                    shares.advance_only(env.at)
+                    fold.outcomes.apply(event, offset, env.at, record=False)
+    shares.resume(current)
+    fold.outcomes.state = shares.state
     return _Extra(
-        pods=pods,
-        shares=shares if shares is not None else ShareFold(),
-        from_pods=next_offsets["pods"],
+        shares=shares,
+        from_core=from_core,
         from_preemptions=next_offsets["preemptions"],
         from_samples=next_offsets["samples"],
         from_shares=from_shares,
@@ -1105,7 +1031,6 @@ class _Batch:
     events: pa.Table
     queues: pa.Table | None
     jobs: pa.Table
-    reset_jobs: pa.Table | None
     pods: pa.Table
     allocations: pa.Table
     preemptions: pa.Table
@@ -1113,6 +1038,8 @@ class _Batch:
     shares: pa.Table | None
     """The buffered minute rows, with ``state`` when the core's state is snapshotted."""
     state: bytes | None
+    last_minute: int | None
+    """The share fold's last sampled minute, saved beside ``state``."""
     offsets: list[tuple[str, int]]
     """The projections this batch advances, and to where."""
     records: int
@@ -1144,21 +1071,18 @@ def _prepare_batch(
     # The core's state is snapshotted every so many events and at the end of the run;
     # until then queue_shares keeps its offset and buffers its rows in memory.
     snapshot = extra.snapshot_due() or end is not None
-    pods = extra.pods
     batch = _Batch(
         events=event_rows,
         queues=_queue_rows(fold) if fold.queues_changed else None,
         jobs=_job_rows(fold),
         # A job submitted again drops its old pods (usually none).
-        reset_jobs=pa.table({"job": pa.array(list(pods.reset_jobs), pa.string())})
-        if pods.reset_jobs
-        else None,
-        pods=pods.pod_rows(),
-        allocations=pods.allocation_rows(),
+        pods=pod_rows(fold.outcomes),
+        allocations=allocation_rows(fold.outcomes),
         preemptions=extra.take(_PREEMPTION_SCHEMA, extra.preemptions),
         samples=extra.take(_SAMPLE_SCHEMA, extra.samples),
         shares=extra.shares.take_rows() if snapshot else None,
         state=extra.shares.snapshot() if snapshot else None,
+        last_minute=extra.shares.last_minute,
         offsets=[
             (p, max(batch_next, next_offsets[p]))
             for p in PROJECTIONS
@@ -1171,7 +1095,6 @@ def _prepare_batch(
     if snapshot:
         extra.since_snapshot = 0
     fold.end_batch()
-    pods.end_batch()
     return batch
 
 
@@ -1195,12 +1118,6 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, batch: _Batch) -> int:
                 "UPDATE jobs SET queue_path = q.path FROM queues q "
                 "WHERE jobs.queue = q.queue AND jobs.queue_path <> q.path"
             )
-        if batch.reset_jobs is not None:
-            con.register("_gpuledger_reset_jobs", batch.reset_jobs)
-            try:
-                con.execute("DELETE FROM pods WHERE job IN (SELECT job FROM _gpuledger_reset_jobs)")
-            finally:
-                con.unregister("_gpuledger_reset_jobs")
         written += _insert(con, "pods", batch.pods, key=("job", "pod"), select=_POD_SELECT)
         written += _insert(
             con,
@@ -1212,11 +1129,18 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, batch: _Batch) -> int:
         written += _insert(con, "preemptions", batch.preemptions, select=_PREEMPTION_SELECT)
         written += _insert(con, "gpu_utilization", batch.samples, select=_AT_SELECT)
         if batch.shares is not None:
-            written += _insert(con, "queue_shares", batch.shares, select=_SHARE_SELECT)
+            written += _insert(
+                con,
+                "queue_shares",
+                batch.shares,
+                key=("queue", "from_minute"),
+                select=_SHARE_SELECT,
+            )
         if batch.state is not None:
             con.execute(
-                "INSERT OR REPLACE INTO projection_state VALUES ('queue_shares', ?, ?)",
-                [state_format(), batch.state],
+                "INSERT OR REPLACE INTO projection_state (projection, format, state, last_minute) "
+                "VALUES ('queue_shares', ?, ?, ?)",
+                [STATE_FORMAT, batch.state, batch.last_minute],
             )
         con.executemany(
             "INSERT OR REPLACE INTO projection_offsets VALUES (?, ?)",
@@ -1261,6 +1185,10 @@ def project(
             ).fetchall()
             if name in next_offsets
         )
+        if next_offsets["pods"] != next_offsets["jobs"]:
+            # One fold writes both: a database from before ``pods`` existed folds its jobs
+            # again from the start together with their pods (the same rows result).
+            next_offsets["pods"] = next_offsets["jobs"] = 0
         end = reader.end_offset()
         start = min(next_offsets.values())
         if max(next_offsets.values()) > end:
@@ -1302,8 +1230,8 @@ def project(
             _quick_switches(),
             ThreadPoolExecutor(1, thread_name_prefix="gpuledger-commit") as writer,
         ):
-            fold = _load_fold(con)
-            extra = _load_extra(con, reader, next_offsets)
+            fold = _load_fold(con, live_jobs=next_offsets["jobs"] > 0)
+            extra = _load_extra(con, reader, next_offsets, fold)
             # Batch N commits on the writer thread while batch N+1 is folded here: DuckDB
             # releases the GIL while it inserts, so the two cores share the work (12.0 s
             # serial, 9.6 s so, for a million events). Commits stay in ledger order, one at

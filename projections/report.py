@@ -455,21 +455,36 @@ def full_report(con: Any, window_s: float | None = None) -> dict[str, Any]:
 
 
 def _series(con: Any, lo: float) -> dict[str, list[dict[str, Any]]]:
-    """Leaf queues' allocation and depth over time, averaged to at most SERIES_POINTS."""
+    """Leaf queues' allocation, fair share and depth over time: time-weighted averages
+    over at most SERIES_POINTS equal buckets of whole minutes, from the intervals."""
     row = con.execute(
-        "SELECT min(minute), max(minute) FROM queue_shares WHERE at_s >= ?", [lo]
+        "SELECT min(greatest(from_minute, ceil(? / 60))), max(to_minute) FROM queue_shares "
+        "WHERE to_minute * 60.0 > ?",
+        [lo, lo],
     ).fetchone()
     if row is None or row[0] is None:
         return {}
-    step = max(1, -(-(row[1] - row[0] + 1) // SERIES_POINTS))
+    first, end = int(row[0]), int(row[1])
+    step = max(1, -(-(end - first) // SERIES_POINTS))
     points = _fetch(
         con,
-        "SELECT s.queue, (s.minute // ?) * ? * 60 AS at_s, avg(s.allocated_gpus) AS allocated, "
-        "avg(s.fair_gpus) AS fair, avg(s.pending_jobs) AS pending "
-        "FROM queue_shares s WHERE s.at_s >= ? "
-        "AND s.queue NOT IN (SELECT DISTINCT parent FROM queue_shares) "
-        "GROUP BY ALL ORDER BY s.queue, at_s",
-        [step, step, lo],
+        "WITH buckets AS ("
+        "  SELECT b AS bucket, ? + b * ? AS lo, ? + (b + 1) * ? AS hi"
+        "  FROM range(0, ?) t(b)"
+        "), parts AS ("
+        "  SELECT s.queue, k.bucket,"
+        "         least(s.to_minute, k.hi) - greatest(s.from_minute, k.lo) AS minutes,"
+        "         s.allocated_gpus, s.fair_gpus, s.pending_jobs"
+        "  FROM queue_shares s JOIN buckets k"
+        "    ON s.from_minute < k.hi AND s.to_minute > k.lo"
+        "  WHERE s.queue NOT IN (SELECT DISTINCT parent FROM queue_shares)"
+        ")"
+        "SELECT queue, (? + bucket * ?) * 60 AS at_s,"
+        "       sum(minutes * allocated_gpus) / sum(minutes) AS allocated,"
+        "       sum(minutes * fair_gpus) / sum(minutes) AS fair,"
+        "       sum(minutes * pending_jobs) / sum(minutes) AS pending "
+        "FROM parts GROUP BY queue, bucket ORDER BY queue, at_s",
+        [first, step, first, step, -(-(end - first) // step), first, step],
     )
     series: dict[str, list[dict[str, Any]]] = {}
     for p in points:

@@ -1,4 +1,4 @@
-"""The SQL views and table macros over the projection tables (schema version 2).
+"""The SQL views and table macros over the projection tables (schema version 3).
 
 They live apart from the projector because two places create them: migration 2 in a
 projection database, and ``projections.parquet.open_parquet`` over an exported data lake,
@@ -16,6 +16,8 @@ __all__ = [
     "HANDFUL",
     "NOISY_RATIO",
     "SAMPLE_HOLD_MS",
+    "SHARE_VIEW_DDL",
+    "SHARE_VIEW_NAMES",
     "SLO_MIN_JOBS",
     "SLO_RATIO",
     "SLO_WINDOW_S",
@@ -318,3 +320,49 @@ VIEW_NAMES: tuple[tuple[str, str], ...] = (
     ("MACRO TABLE", "requested_not_allocated_after"),
 )
 """(kind, name) of each object ``VIEW_DDL`` creates, dependants first, for dropping."""
+
+SHARE_VIEW_DDL: tuple[str, ...] = (
+    """
+    CREATE OR REPLACE VIEW queue_shares_minutes AS
+    SELECT m.minute, m.minute * 60000 AS at_ms, m.minute * 60.0 AS at_s,
+           s.queue, s.parent,
+           s.deserved_gpu_milli, s.fair_gpu_milli, s.allocated_gpu_milli,
+           s.requested_gpu_milli, s.deserved_gpus, s.fair_gpus, s.allocated_gpus,
+           s.requested_gpus, s.pending_jobs, s.running_jobs
+    FROM queue_shares s, LATERAL (SELECT unnest(range(s.from_minute, s.to_minute)) AS minute) m
+    """,
+    """
+    CREATE OR REPLACE MACRO queue_shares_between(from_s, to_s) AS TABLE
+    WITH clipped AS (
+        SELECT queue, parent,
+               greatest(from_s, from_minute * 60.0) AS lo,
+               least(to_s, to_minute * 60.0) AS hi,
+               deserved_gpus, fair_gpus, allocated_gpus, requested_gpus,
+               pending_jobs, running_jobs
+        FROM queue_shares
+        WHERE to_minute * 60.0 > from_s AND from_minute * 60.0 < to_s
+    )
+    SELECT queue, parent,
+           min(lo) AS from_s, max(hi) AS to_s,
+           sum((hi - lo) * deserved_gpus) / sum(hi - lo) AS deserved_gpus,
+           sum((hi - lo) * fair_gpus) / sum(hi - lo) AS fair_gpus,
+           sum((hi - lo) * allocated_gpus) / sum(hi - lo) AS allocated_gpus,
+           sum((hi - lo) * requested_gpus) / sum(hi - lo) AS requested_gpus,
+           sum((hi - lo) * pending_jobs) / sum(hi - lo) AS pending_jobs,
+           sum((hi - lo) * running_jobs) / sum(hi - lo) AS running_jobs,
+           sum((hi - lo) * allocated_gpus) / 3600 AS allocated_gpu_hours,
+           sum((hi - lo) * fair_gpus) / 3600 AS fair_gpu_hours
+    FROM clipped
+    GROUP BY queue, parent
+    """,
+)
+"""Views over the ``queue_shares`` intervals (schema version 3): ``queue_shares_minutes``
+gives one row per queue per minute (filter it by ``minute`` or ``at_s``: a long ledger
+has many); ``queue_shares_between(from_s, to_s)`` each queue's time-weighted averages and
+GPU-hours over a window of ledger time."""
+
+SHARE_VIEW_NAMES: tuple[tuple[str, str], ...] = (
+    ("VIEW", "queue_shares_minutes"),
+    ("MACRO TABLE", "queue_shares_between"),
+)
+"""(kind, name) of each object ``SHARE_VIEW_DDL`` creates, for dropping."""

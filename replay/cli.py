@@ -342,7 +342,7 @@ def _whatif(args: argparse.Namespace) -> int:
             writer=writer,
         )
         sim.run()
-    before = collect((o, e) for o, e in reader.read(0) if start_ms is None or e.at >= start_ms)
+    before = collect(reader.read(0), since_ms=start_ms)
     after = collect(_open(str(out / "ledger")).read(0))
     rows = compare_rows(before, after)
     fates = changed_fates(before, after)

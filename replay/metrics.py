@@ -3,8 +3,9 @@
 The what-if report and ``gpuledger compare`` need the same figures for two or more
 ledgers side by side, quickly and without a database: per job its submission, first
 readiness, end, preemptions, lost and idle GPU time; per queue the percentiles; over time
-the GPU utilisation and the queue depth. (The DuckDB projections answer the same questions
-in SQL for one ledger's whole history.)
+the GPU utilisation and the queue depth. The per-job figures come from
+``scheduler.outcomes.OutcomeFold``, the fold the DuckDB projector uses too, so both answer
+the same questions with the same numbers.
 """
 
 from __future__ import annotations
@@ -13,31 +14,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from events.codec import DecodeError, Envelope, decode_event
-from events.model import (
-    MILLI,
-    JobCancelled,
-    JobPreempted,
-    JobSubmitted,
-    JobTerminated,
-    JobUnschedulable,
-    NodeRegistered,
-    NodeRemoved,
-    PodFinished,
-    PodsAllocated,
-    PodStarted,
-)
+from events.model import MILLI
 from events.port import LedgerReader
+from scheduler.outcomes import JobOutcome, OutcomeFold, completion_ms
 
 HOUR_MS = 3_600_000
 
 
 @dataclass(slots=True)
 class JobRecord:
-    """One job's fate."""
+    """One job's fate (``scheduler.outcomes.JobOutcome`` in the units reports use)."""
 
     job: str
     queue: str
     gpus: int
+    """Milli-GPUs the job asks for, over all its pods."""
     submitted: int
     ready: int | None = None
     finished: int | None = None
@@ -47,14 +38,9 @@ class JobRecord:
     idle_gpu_ms: int = 0
     """GPU time allocated to the job while its gang was not running (half-placed, starting)."""
     allocated_gpu_ms: int = 0
+    """GPU time allocated to the job, from each allocation until it was given back."""
     unschedulable: str = ""
-    # fold state
-    _held: dict[str, int] = field(default_factory=dict)
-    _since: dict[str, int] = field(default_factory=dict)
-    _running_since: int | None = None
-    _started: int = 0
-    _pods: int = 0
-    _min: int = 0
+    status: str = "pending"
 
     @property
     def time_to_ready_ms(self) -> int | None:
@@ -63,10 +49,29 @@ class JobRecord:
 
     @property
     def completion_ms(self) -> int | None:
-        """Submission until every pod ended (jobs that ran to an end)."""
-        if self.finished is None or self.ready is None:
-            return None
-        return self.finished - self.submitted
+        """Submission until the end, for a job that ran and ended succeeded or failed."""
+        return completion_ms(self.status, self.submitted, self.ready, self.finished)
+
+    @classmethod
+    def of(cls, outcome: JobOutcome) -> JobRecord:
+        """The record of a fold's job outcome."""
+        return cls(
+            job=outcome.job,
+            queue=outcome.queue,
+            gpus=outcome.gpu_milli,
+            submitted=outcome.submitted_at_ms,
+            ready=outcome.ready_at_ms,
+            finished=outcome.finished_at_ms,
+            succeeded=outcome.status == "succeeded",
+            preemptions=outcome.preemptions,
+            lost_gpu_ms=outcome.lost_gpu_ms,
+            idle_gpu_ms=outcome.idle_gpu_ms,
+            allocated_gpu_ms=outcome.allocated_gpu_ms,
+            unschedulable=outcome.unschedulable_reason or ""
+            if outcome.status == "unschedulable"
+            else "",
+            status=outcome.status,
+        )
 
 
 @dataclass(slots=True)
@@ -81,8 +86,6 @@ class LedgerMetrics:
     """(at, allocated GPU milli, capacity GPU milli) at each change."""
     depth: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Per queue: (at, pending jobs) at each change."""
-    _allocated: int = 0
-    _pending: dict[str, int] = field(default_factory=dict)
 
     def queues(self) -> list[str]:
         """Queue names, sorted."""
@@ -100,124 +103,38 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def collect(records: Iterable[tuple[int, Envelope]]) -> LedgerMetrics:
-    """Fold a ledger's records into per-job metrics and timelines."""
+def collect(
+    records: Iterable[tuple[int, Envelope]], *, since_ms: int | None = None
+) -> LedgerMetrics:
+    """Fold a ledger's records into per-job metrics and timelines.
+
+    Every record is folded (the core needs the nodes, queues and jobs from the start);
+    with ``since_ms`` only jobs submitted at or after it are reported, and the span and
+    timelines start there.
+    """
     m = LedgerMetrics()
-    nodes: dict[str, int] = {}
+    fold = OutcomeFold(timelines=True)
     first = True
     for offset, env in records:
-        if first:
-            m.start = env.at
-            first = False
-        m.end = max(m.end, env.at)
+        at = env.at
+        recording = since_ms is None or at >= since_ms
+        if recording:
+            if first:
+                m.start = at
+                first = False
+                if since_ms is not None:
+                    fold.utilisation.append((at, fold.allocated_milli, fold.capacity_milli))
+            m.end = max(m.end, at)
         try:
             event = decode_event(env, offset)
         except DecodeError:
             continue
-        at = env.at
-        match event:
-            case NodeRegistered(node=name, gpus=count):
-                nodes[name] = count * MILLI
-                m.capacity_gpu = sum(nodes.values())
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case NodeRemoved(node=name):
-                nodes.pop(name, None)
-                m.capacity_gpu = sum(nodes.values())
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case JobSubmitted():
-                if event.job in m.jobs:
-                    continue
-                m.jobs[event.job] = JobRecord(
-                    job=event.job,
-                    queue=event.queue,
-                    gpus=sum(p.gpu_milli for p in event.pods),
-                    submitted=at,
-                    _pods=len(event.pods),
-                    _min=event.min_members or len(event.pods),
-                )
-                _depth(m, event.queue, at, +1)
-            case PodsAllocated(job=job_id, placements=placements):
-                job = m.jobs.get(job_id)
-                if job is None:
-                    continue
-                if not job._held:
-                    _depth(m, job.queue, at, -1)
-                for p in placements:
-                    milli = sum(s.milli for s in p.gpus)
-                    job._held[p.pod] = milli
-                    job._since[p.pod] = at
-                    m._allocated += milli
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case PodStarted(job=job_id):
-                job = m.jobs.get(job_id)
-                if job is None:
-                    continue
-                job._started += 1
-                if job._running_since is None and job._started >= min(job._min, len(job._held)):
-                    job._running_since = at
-                    if job.ready is None:
-                        job.ready = at
-                    # GPU time held before the gang ran was idle
-                    for pod, since in job._since.items():
-                        job.idle_gpu_ms += job._held.get(pod, 0) * (at - since) // MILLI
-                        job._since[pod] = at
-            case PodFinished(job=job_id, pod=pod, succeeded=ok):
-                job = m.jobs.get(job_id)
-                if job is None or pod not in job._held:
-                    continue
-                _release(m, job, pod, at)
-                if not job._held:
-                    job.finished = at
-                    job.succeeded = ok
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case JobPreempted(job=job_id, lost_gpu_ms=lost):
-                job = m.jobs.get(job_id)
-                if job is None:
-                    continue
-                job.preemptions += 1
-                job.lost_gpu_ms += lost
-                for pod in list(job._held):
-                    _release(m, job, pod, at)
-                job._running_since = None
-                job._started = 0
-                _depth(m, job.queue, at, +1)
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case JobCancelled(job=job_id) | JobTerminated(job=job_id):
-                # (A terminated job's survivors are held until evicted; they count as
-                # released here, as the job's share of the cluster ends with it.)
-                job = m.jobs.get(job_id)
-                if job is None or job.finished is not None:
-                    continue
-                if isinstance(event, JobTerminated):
-                    job.succeeded = False
-                if not job._held:
-                    _depth(m, job.queue, at, -1)
-                for pod in list(job._held):
-                    _release(m, job, pod, at)
-                job.finished = at
-                m.utilisation.append((at, m._allocated, m.capacity_gpu))
-            case JobUnschedulable(job=job_id, final=True, reason=reason):
-                job = m.jobs.get(job_id)
-                if job is not None:
-                    job.unschedulable = reason
-                    _depth(m, job.queue, at, -1)
-            case _:
-                pass
+        fold.apply(event, offset, at, record=recording)
+    m.jobs = {name: JobRecord.of(outcome) for name, outcome in fold.jobs.items()}
+    m.capacity_gpu = fold.capacity_milli
+    m.utilisation = fold.utilisation
+    m.depth = fold.depth
     return m
-
-
-def _release(m: LedgerMetrics, job: JobRecord, pod: str, at: int) -> None:
-    milli = job._held.pop(pod)
-    since = job._since.pop(pod, at)
-    job.allocated_gpu_ms += milli * (at - since) // MILLI
-    if job._running_since is None:
-        job.idle_gpu_ms += milli * (at - since) // MILLI
-    m._allocated -= milli
-
-
-def _depth(m: LedgerMetrics, queue: str, at: int, delta: int) -> None:
-    m._pending[queue] = m._pending.get(queue, 0) + delta
-    m.depth.setdefault(queue, []).append((at, m._pending[queue]))
 
 
 def read_metrics(reader: LedgerReader, start: int = 0, end: int | None = None) -> LedgerMetrics:

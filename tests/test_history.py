@@ -10,6 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 
+from bench.projection import long_ledger, table_rows
 from events.codec import decode_event
 from events.model import (
     Event,
@@ -28,9 +29,11 @@ from projections import projector
 from projections.history import ShareFold
 from projections.projector import project
 from scheduler.core import State, apply
-from scheduler.core.state import TERMINAL
+from scheduler.outcomes import OutcomeFold
+from scheduler.snapshot import state_bytes
 from tests.test_projector import (
     ListReader,
+    allocated,
     finished,
     ledger,
     snapshot,
@@ -152,7 +155,7 @@ def test_preemption_closes_allocations_and_the_next_attempt_opens_new_ones(
         {"pod": "v-1", "status": "allocated", "allocations": 2},
     ]
     (p,) = rows(db, "SELECT * FROM preemptions")
-    assert (p["offset"], p["at_s"], p["job"], p["queue"]) == (5, 0.05, "v", "team")
+    assert (p["offset"], p["at_s"], p["job"], p["queue"]) == (6, 0.05, "v", "team")  # after n1
     assert (p["preemptor"], p["preemptor_queue"], p["rule"], p["pods"]) == (
         "boss",
         "vip",
@@ -174,12 +177,12 @@ def _places(job: str, pods: int) -> tuple[PodPlacement, ...]:
 def test_queue_shares_come_from_the_policy_core_each_minute(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
     project(two_gpu_run(), db)
-    minutes = rows(db, "SELECT DISTINCT minute FROM queue_shares ORDER BY minute")
+    minutes = rows(db, "SELECT DISTINCT minute FROM queue_shares_minutes ORDER BY minute")
     # Events span minutes 0..70: boundaries 1..70 were crossed (70 itself by the finish).
     assert [m["minute"] for m in minutes] == list(range(1, 71))
     got = {
         (r["minute"], r["queue"]): r
-        for r in rows(db, "SELECT * FROM queue_shares WHERE minute IN (1, 2, 70)")
+        for r in rows(db, "SELECT * FROM queue_shares_minutes WHERE minute IN (1, 2, 70)")
     }
     a1, a2, b2, root2 = got[(1, "a")], got[(2, "a")], got[(2, "b")], got[(2, "root")]
     # Minute 1: the job is pending (its allocation is stamped exactly at 60 s, after it).
@@ -191,6 +194,17 @@ def test_queue_shares_come_from_the_policy_core_each_minute(tmp_path: Path) -> N
     assert (root2["deserved_gpus"], root2["allocated_gpus"], root2["parent"]) == (8.0, 2.0, "")
     assert got[(70, "a")]["allocated_gpus"] == 2.0  # the state before the finish at 70 min
     assert got[(2, "a")]["at_s"] == 120.0
+    # Stored as intervals: a row per queue per change of its figures, not per minute.
+    a = rows(db, "SELECT * FROM queue_shares WHERE queue = 'a' ORDER BY from_minute")
+    assert [(r["from_minute"], r["to_minute"], r["current"]) for r in a] == [
+        (1, 2, False),  # pending
+        (2, 71, True),  # running until the last minute sampled (70)
+    ]
+    assert (a[1]["from_s"], a[1]["to_s"], a[1]["allocated_gpus"]) == (120.0, 4260.0, 2.0)
+    window = rows(db, "SELECT * FROM queue_shares_between(60, 180) WHERE queue = 'a'")
+    # Half the window pending with 0 GPUs, half running with 2.
+    assert window[0]["allocated_gpus"] == pytest.approx(1.0)
+    assert window[0]["allocated_gpu_hours"] == pytest.approx(2 * 60 / 3600)
 
 
 def test_queue_shares_resume_from_a_snapshot_written_by_another_core(tmp_path: Path) -> None:
@@ -199,7 +213,7 @@ def test_queue_shares_resume_from_a_snapshot_written_by_another_core(tmp_path: P
     db = tmp_path / "p.duckdb"
     project(ListReader(reader.records[:200]), db, batch_size=50)
     con = duckdb.connect(str(db))
-    con.execute("UPDATE projection_state SET format = 'an older core'")
+    con.execute("UPDATE projection_state SET format = 'an older format'")
     con.close()
     project(reader, db, batch_size=50)  # refolds 0..200 without rows, then carries on
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
@@ -213,6 +227,8 @@ def test_a_version_1_database_is_migrated_and_the_new_tables_filled(tmp_path: Pa
     # Turn it back into what gpuledger wrote before schema 2.
     con = duckdb.connect(str(db))
     for kind, name in [
+        ("VIEW", "queue_shares_minutes"),
+        ("MACRO TABLE", "queue_shares_between"),
         ("VIEW", "tree_percentiles"),
         ("VIEW", "fairness_slo_summary"),
         ("VIEW", "fairness_slo"),
@@ -229,7 +245,7 @@ def test_a_version_1_database_is_migrated_and_the_new_tables_filled(tmp_path: Pa
     for table in ("pods", "allocations", "preemptions", "gpu_utilization", "queue_shares"):
         con.execute(f"DROP TABLE {table}")
     con.execute("DROP TABLE projection_state")
-    con.execute("DELETE FROM schema_version WHERE version = 2")
+    con.execute("DELETE FROM schema_version WHERE version >= 2")
     con.execute(
         "DELETE FROM projection_offsets WHERE projection NOT IN ('events', 'queues', 'jobs')"
     )
@@ -237,6 +253,33 @@ def test_a_version_1_database_is_migrated_and_the_new_tables_filled(tmp_path: Pa
     stats = project(reader, db)
     assert stats.events_read == len(reader.records)  # the new projections start at 0
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
+
+
+def test_a_version_2_database_gets_queue_shares_as_intervals(tmp_path: Path) -> None:
+    reader = workload()
+    project(reader, tmp_path / "fresh.duckdb")
+    db = tmp_path / "p.duckdb"
+    project(ListReader(reader.records[:150]), db)
+    # Turn it back into schema 2: a row per minute, the core's state pickled.
+    con = duckdb.connect(str(db))
+    con.execute("DROP VIEW queue_shares_minutes")
+    con.execute("DROP MACRO TABLE queue_shares_between")
+    con.execute("DROP TABLE queue_shares")
+    con.execute(
+        "CREATE TABLE queue_shares (minute BIGINT, at_ms BIGINT, queue TEXT, "
+        "PRIMARY KEY (minute, queue))"
+    )
+    con.execute("INSERT INTO queue_shares VALUES (1, 60000, 'root')")
+    con.execute("DELETE FROM projection_state")
+    con.execute("ALTER TABLE projection_state DROP COLUMN last_minute")
+    con.execute("INSERT INTO projection_state VALUES ('queue_shares', 'py3.11;State:…', ?)", [b"x"])
+    con.execute("DELETE FROM schema_version WHERE version = 3")
+    con.close()
+    stats = project(reader, db)
+    assert stats.events_read == len(reader.records)  # queue_shares is refolded from 0
+    assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
+    (fmt,) = rows(db, "SELECT format FROM projection_state")
+    assert fmt == {"format": "gpuledger-snapshot-2"}
 
 
 def test_the_core_ignores_utilisation_samples() -> None:
@@ -248,24 +291,20 @@ def test_the_core_ignores_utilisation_samples() -> None:
     assert state.now == 5  # not even the clock moves
 
 
-def test_the_share_fold_leaves_the_state_the_core_would(tmp_path: Path) -> None:
-    # The share fold advances the clock itself for the event types the core ignores.
+def test_the_outcome_fold_leaves_the_state_the_core_would(tmp_path: Path) -> None:
+    # The outcome fold advances the clock itself for the event types the core ignores.
     reader = workload(seed=3, jobs=80)
-    core, fold = State(), ShareFold()
+    core, fold = State(), OutcomeFold()
     for offset, env in reader.records:
         event = decode_event(env, offset)
         apply(core, event, env.at)
-        fold.advance_only(event, env.at)  # ``apply`` also fills fair_shares' caches
+        fold.apply(event, offset, env.at)
     assert pickle.dumps(fold.state) == pickle.dumps(core)
-    # A snapshot loads back as the core's state, finished jobs without their pods.
-    restored = ShareFold.restore(fold.snapshot()).state
-    assert restored.jobs.keys() == core.jobs.keys()
-    assert restored.ended == core.ended and core.ended  # ended jobs kept as ids only
-    for name, job in core.jobs.items():
-        again = restored.jobs[name]
-        assert again.status == job.status
-        assert again.pods == (() if job.status in TERMINAL else job.pods)
-    assert pickle.dumps(restored.queues) == pickle.dumps(core.queues)
+    # The projection's snapshot is scheduler.snapshot's: it loads back as the same state.
+    restored = ShareFold.restore(ShareFold(state=fold.state).snapshot(), 7)
+    assert restored.last_minute == 7
+    assert state_bytes(restored.state) == state_bytes(core)
+    assert core.ended  # ended jobs kept as ids only
 
 
 def test_mid_run_snapshots_then_crash_resume(
@@ -336,6 +375,7 @@ def slo_ledger() -> ListReader:
         name = f"{q}{i}"
         timeline += [
             (submitted_s * 1000, submit(name, queue=q)),
+            (submitted_s * 1000, allocated(name, queue=q)),
             (submitted_s * 1000, started(name)),
             (done_s * 1000, finished(name)),
         ]
@@ -504,7 +544,12 @@ def test_throughput_per_day_and_week(tmp_path: Path) -> None:
     day = 24 * H
     items: list[tuple[int, Event]] = []
     for name, q, end in [("x", "a", 10), ("y", "a", 20), ("z", "a", day + 5), ("w", "b", 30)]:
-        items += [(0, submit(name, queue=q)), (1, started(name)), (end, finished(name))]
+        items += [
+            (0, submit(name, queue=q)),
+            (0, allocated(name, queue=q)),
+            (1, started(name)),
+            (end, finished(name)),
+        ]
     items.sort(key=lambda x: x[0])
     db = tmp_path / "p.duckdb"
     project(ledger(*items), db)
@@ -519,3 +564,28 @@ def test_throughput_per_day_and_week(tmp_path: Path) -> None:
         ("week", 0, "a", 3),
         ("week", 0, "b", 1),
     ]
+
+
+def test_a_long_quiet_ledger_projects_rows_in_proportion_to_its_events(tmp_path: Path) -> None:
+    # ~300 jobs over 4,000 hours in 22 leaf queues: a row per queue per minute would be
+    # 5 million rows; intervals keep every table in proportion to the events.
+    reader = long_ledger()
+    events = reader.end_offset()
+    assert events > 2_000
+    db = tmp_path / "long.duckdb"
+    project(reader, db)
+    counts = table_rows(db)
+    assert sum(counts.values()) < 3 * events, counts
+    (span,) = rows(
+        db,
+        "SELECT min(from_minute) AS first, max(to_minute) AS last, "
+        "count(DISTINCT queue) AS queues FROM queue_shares",
+    )
+    last_at = max(env.at for _, env in reader.read(0))
+    assert span["queues"] == 22
+    assert span["last"] == last_at // 60_000 + 1  # the intervals cover the whole ledger
+    assert last_at > 3_900 * H
+    # Per-minute figures on demand, for any minute of it.
+    minute = (last_at // 2) // 60_000
+    (row,) = rows(db, "SELECT count(*) AS n FROM queue_shares_minutes WHERE minute = ?", [minute])
+    assert row["n"] == 22

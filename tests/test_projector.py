@@ -40,9 +40,17 @@ from projections.projector import ProjectStats, SchemaError, connect, project
 class ListReader:
     """A LedgerReader over an in-memory list of (offset, envelope)."""
 
-    def __init__(self, records: Sequence[tuple[int, Envelope]], *, fail_at: int | None = None):
+    def __init__(
+        self,
+        records: Sequence[tuple[int, Envelope]],
+        *,
+        fail_at: int | None = None,
+        preamble: int = 0,
+    ):
         self.records = list(records)
         self.fail_at = fail_at
+        self.preamble = preamble
+        """Records ``ledger`` put before the given items (the node they are placed on)."""
 
     def read(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Envelope]]:
         for offset, env in self.records:
@@ -57,17 +65,27 @@ class ListReader:
 
 
 def ledger(*items: tuple[int, Event | Envelope]) -> ListReader:
-    """A reader over ``(at_ms, event)`` items, at consecutive offsets from 0."""
+    """A reader over ``(at_ms, event)`` items, at consecutive offsets.
+
+    The core (whose fold the projection reports) places pods only on nodes it knows: when
+    the items register none, node ``n1`` (64 GPUs), where ``allocated`` places pods, is
+    registered first, at offset 0 (when any item places pods).
+    """
+    events = [item for _, item in items]
+    preamble: list[tuple[int, Event | Envelope]] = []
+    placed = any(isinstance(e, PodsAllocated) for e in events)
+    if placed and not any(isinstance(e, NodeRegistered) for e in events):
+        preamble = [(0, NodeRegistered(node="n1", gpus=64, cpu_milli=10**9, memory_mib=10**9))]
     records = [
         (offset, item if isinstance(item, Envelope) else wrap(item, at))
-        for offset, (at, item) in enumerate(items)
+        for offset, (at, item) in enumerate([*preamble, *items])
     ]
-    return ListReader(records)
+    return ListReader(records, preamble=len(preamble))
 
 
 def prefix(reader: ListReader, n: int) -> ListReader:
-    """The first ``n`` records of a ledger: the same ledger, earlier in its life."""
-    return ListReader(reader.records[:n])
+    """The first ``n`` items of a ledger: the same ledger, earlier in its life."""
+    return ListReader(reader.records[: n + reader.preamble], preamble=reader.preamble)
 
 
 def submit(
@@ -132,7 +150,7 @@ SNAPSHOT_QUERIES = {
     "pods": "SELECT * FROM pods ORDER BY job, pod",
     "allocations": "SELECT * FROM allocations ORDER BY allocation_id",
     "preemptions": 'SELECT * FROM preemptions ORDER BY "offset"',
-    "queue_shares": "SELECT * FROM queue_shares ORDER BY minute, queue",
+    "queue_shares": "SELECT * FROM queue_shares ORDER BY queue, from_minute",
     "tree": "SELECT * FROM tree_percentiles ORDER BY tree_path",
     "slo": "SELECT * FROM fairness_slo ORDER BY queue, window_end_s",
     "weekly": "SELECT * FROM preemptions_weekly ORDER BY queue, week",
@@ -240,6 +258,7 @@ def test_min_members_sets_readiness(tmp_path: Path) -> None:
     project(
         ledger(
             (0, submit("elastic", pods=4, min_members=2)),
+            (50, allocated("elastic", 2)),
             (100, started("elastic", 0)),
             (300, started("elastic", 1)),
         ),
@@ -294,6 +313,7 @@ def test_a_failed_member_fails_the_job(tmp_path: Path) -> None:
     project(
         ledger(
             (0, submit("f", pods=2)),
+            (5, allocated("f", 2)),
             (10, started("f", 0)),
             (20, started("f", 1)),
             (30, finished("f", 0, ok=False)),
@@ -457,7 +477,7 @@ def test_hand_computed_percentiles(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
     items: list[tuple[int, Event]] = []
     for i, ttr_ms in enumerate([1000, 2000, 3000, 4000, 10_000]):
-        items += [(0, submit(f"j{i}")), (ttr_ms, started(f"j{i}"))]
+        items += [(0, submit(f"j{i}")), (0, allocated(f"j{i}")), (ttr_ms, started(f"j{i}"))]
     project(ledger(*items), db)
     p50, p90 = query(db, "SELECT p50_ttr_s, p90_ttr_s FROM tenant_percentiles")[0]
     assert p50 == 3.0
@@ -612,7 +632,7 @@ def test_rebuild_equals_fresh(tmp_path: Path) -> None:
         project(prefix(reader, 10), db)  # the database is ahead of this ledger
     project(reader, db, rebuild=True)
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
-    assert query(db, "SELECT version FROM schema_version ORDER BY version") == [(1,), (2,)]
+    assert query(db, "SELECT version FROM schema_version ORDER BY version") == [(1,), (2,), (3,)]
 
 
 # --------------------------------------------------------------------------- raw events
@@ -628,21 +648,22 @@ def test_unknown_event_type_is_stored_raw_and_skipped(tmp_path: Path) -> None:
     )
     reader = ledger(
         (0, submit("j")),
+        (1000, allocated("j")),
         (1500, alien),
         (2000, started("j")),
         (2500, PodBound(job="j", pod="j-0", node="n1")),
     )
     stats = project(reader, db)
-    assert stats.events_read == 4
+    assert stats.events_read == 6  # with the node ``ledger`` registers first
     rows = query(
         db,
         "SELECT \"offset\", at_ms, at_s, type, key, known, payload->>'$.node' "
         'FROM events ORDER BY "offset"',
     )
-    assert rows[1] == (1, 1500, 1.5, "gpu_melted", "n1", False, "n1")
-    assert [r[5] for r in rows] == [True, False, True, True]
+    assert rows[3] == (3, 1500, 1.5, "gpu_melted", "n1", False, "n1")
+    assert [r[5] for r in rows] == [True, True, True, False, True, True]
     row = job_row(db, "j")
-    assert (row["status"], row["ready_at_s"], row["updated_offset"]) == ("running", 2.0, 2)
+    assert (row["status"], row["ready_at_s"], row["updated_offset"]) == ("running", 2.0, 4)
 
 
 def test_payload_is_the_event_as_json(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from projections.report import (
     tenant_report,
 )
 from scheduler.cli import CliError
-from tests.test_projector import ListReader, finished, ledger, started, submit
+from tests.test_projector import ListReader, allocated, finished, ledger, started, submit
 
 
 def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = "") -> ListReader:
@@ -39,12 +39,17 @@ def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = ""
         for i, ttr in enumerate(ttrs):
             job = f"{q}-{i}"
             ready = int(ttr * 1000)
-            items += [(0, submit(job, queue=q)), (ready, started(job))]
+            items += [
+                (0, submit(job, queue=q)),
+                (0, allocated(job, queue=q)),
+                (ready, started(job)),
+            ]
             end = ready + int(run_s * 1000)
             if job == preempt:
                 lost = 6_480_000  # GPU-ms: 1.8 GPU-hours
                 items += [
                     (ready + 1, preempted_once(job, q, lost)),
+                    (ready + 2, allocated(job, queue=q)),
                     (ready + 2, started(job)),
                 ]
                 end += 2
