@@ -14,12 +14,15 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	bash scripts/console-assets.sh  # Chart.js for the console, from the npm registry
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/gpuledger demo --out $(OUT)/demo
+	@echo "The live console over the demo ledger:"
+	@echo "  $(VENV)/bin/gpuledger serve --ledger $(OUT)/demo/gpuledger/ledger"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check events scheduler projections replay tests bench scripts
