@@ -44,17 +44,18 @@ def format_at(at_ms: int | float | None, wall: bool) -> str:
     return f"+{days}d {clock}" if days else f"+{clock}"
 
 
-def parse_at(text: str, wall: bool) -> int:
+def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:
     """A moment typed by a person, in ledger milliseconds.
 
-    Accepted on any ledger: a relative time ``90m``, ``6h``, ``2d`` (ms since the clock's
-    0 — for a live ledger that is 1970, which is why an ISO timestamp is what people type
-    there). On a wall-clock ledger also an ISO-8601 timestamp, ``2026-12-03T16:25:00Z``
-    (a timestamp without a zone is UTC). Raises ``ValueError`` naming the text otherwise.
+    Accepted on any ledger: a relative time ``90m``, ``6h``, ``2d`` after ``origin_ms`` —
+    for a simulated ledger pass 0 (its clock's start); for a live one, its first record's
+    time, so that ``6h`` means six hours into the ledger rather than 1970. On a wall-clock
+    ledger also an ISO-8601 timestamp, ``2026-12-03T16:25:00Z`` (a timestamp without a
+    zone is UTC). Raises ``ValueError`` naming the text otherwise.
     """
     match = _RELATIVE.match(text)
     if match:
-        return round(float(match.group(1)) * _UNITS_MS[match.group(2)])
+        return origin_ms + round(float(match.group(1)) * _UNITS_MS[match.group(2)])
     try:
         moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

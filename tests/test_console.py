@@ -401,3 +401,46 @@ def test_live_update_within_two_seconds(server: Server, page: Any, ledger: Path)
     page.locator('#jobs tr[data-job="late-arrival"]').wait_for(timeout=2000)
     assert time.monotonic() - appended < 2.0
     assert int(page.locator("#offset").inner_text()) > before
+
+
+def _state_tables(text: str) -> tuple[str, dict[str, list[str]]]:
+    """`gpuledger state` output: its headline and the first column of each table."""
+    lines = text.splitlines()
+    tables: dict[str, list[str]] = {}
+    current = ""
+    for line in lines[1:]:
+        if line.endswith(":") and " " not in line:
+            current = line[:-1]
+            tables[current] = []
+        elif current and line and not line.startswith(("-", "job ", "queue ", "  (none)")):
+            tables[current].append(line.split()[0])
+    return lines[0], tables
+
+
+def test_time_travel_equals_state_at(server: Server, page: Any, ledger: Path) -> None:
+    done = subprocess.run(
+        [GPULEDGER, "state", "--ledger", str(ledger), "--at", "6h"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    headline, tables = _state_tables(done.stdout)
+    assert tables["running"], "the example should have jobs running at 6h"
+    page.goto(f"{server.url}/jobs?at=6h")
+    assert headline in page.locator("#headline").inner_text()
+    for ident in ("running", "pending"):
+        shown = page.locator(f"#{ident} tr[data-job]")
+        names = [shown.nth(i).get_attribute("data-job") for i in range(shown.count())]
+        assert names == tables[ident]
+    page.goto(f"{server.url}/queues?at=6h")
+    rows = page.locator("#queues-then tr[data-queue]")
+    assert [rows.nth(i).get_attribute("data-queue") for i in range(rows.count())] == tables[
+        "queues"
+    ]
+    # the slider: moving it to the first record shows the cluster before anything ran
+    page.goto(f"{server.url}/nodes?at=6h")
+    _shot(page, "nodes")
+    assert page.locator(".slot").count() > 0
+    page.locator("#travel-slider").fill("0")
+    page.wait_for_url("**/nodes?at=0s")
+    assert page.locator(".slot").count() == 0

@@ -43,6 +43,7 @@ from starlette.staticfiles import StaticFiles
 from events.ledgertime import format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
+from projections.console.travel import Travel, nodes_of
 from projections.projector import connect, project
 from projections.report import format_duration, parse_window
 
@@ -109,6 +110,8 @@ class Console:
 
     reader: LedgerReader
     db_path: str
+    source: str = ""
+    """The ledger's address, for time travel (a fold opens a reader of its own)."""
     interval_s: float = 0.5
     batch_size: int = 50_000
     token: str | None = None
@@ -251,14 +254,41 @@ def build_app(console: Console) -> Starlette:
         env.filters["at"] = lambda ms: format_at(ms, st["wall"])
         env.filters["at_s"] = lambda s: "" if s is None else format_at(s * 1000, st["wall"])
         template = env.get_template(f"{name}.html")
+        values: dict[str, Any] = {"snap": None, "error": "", **context}
         html = template.render(
             page=name,
             status=st,
             fragment=request.query_params.get("fragment") == "1",
             query=dict(request.query_params),
-            **context,
+            **values,
         )
         return HTMLResponse(html)
+
+    travel = Travel(console.source) if console.source else None
+
+    def bound_of(request: Request, st: dict[str, Any]) -> tuple[str, int] | None:
+        """``?at=``: an offset (digits), an ISO time on a live ledger, or ``6h`` (from the
+        clock's 0 on a simulated ledger, from the first record on a live one)."""
+        text = request.query_params.get("at", "").strip()
+        if not text:
+            return None
+        if text.isdigit():
+            return ("offset", int(text))
+        origin = st["first_ms"] if st["wall"] else 0
+        return ("time", parse_at(text, st["wall"], origin))
+
+    async def snapshot_of(request: Request, st: dict[str, Any]) -> tuple[Any, str]:
+        """The state at ``?at=`` (``state --at``), or ``None``; and an error to show."""
+        try:
+            bound = bound_of(request, st)
+        except ValueError as exc:
+            return None, str(exc)
+        if bound is None:
+            return None, ""
+        if travel is None:
+            return None, "time travel needs the ledger's address"
+        snap = await run_in_threadpool(travel.at, bound, st["next_offset"])
+        return snap, ""
 
     def window_of(request: Request) -> float | None:
         text = request.query_params.get("window", "")
@@ -353,15 +383,22 @@ def build_app(console: Console) -> Starlette:
 
     async def queues_page(request: Request) -> Response:
         st = await clock()
-        return page("queues", request, st, queues=await read(queries.queues))
+        snap, error = await snapshot_of(request, st)
+        if snap is not None:
+            return page("queues", request, st, snap=snap, queues=[], error=error)
+        return page("queues", request, st, queues=await read(queries.queues), error=error)
 
     async def jobs_page(request: Request) -> Response:
         st = await clock()
+        snap, travel_error = await snapshot_of(request, st)
+        if snap is not None:
+            return page("jobs", request, st, snap=snap, error=travel_error)
         try:
             flt = job_filter(request, st["wall"])
             error = ""
         except ValueError as exc:
             flt, error = queries.JobFilter(), str(exc)
+        error = error or travel_error
         result = await read(queries.jobs_page, flt)
         pages = max(1, -(-result["total"] // result["per_page"]))
         base = {k: v for k, v in request.query_params.items() if k not in ("page", "fragment")}
@@ -399,7 +436,10 @@ def build_app(console: Console) -> Starlette:
 
     async def nodes_page(request: Request) -> Response:
         st = await clock()
-        return page("nodes", request, st, nodes=await read(queries.nodes))
+        snap, error = await snapshot_of(request, st)
+        if snap is not None:
+            return page("nodes", request, st, snap=snap, nodes=nodes_of(snap), error=error)
+        return page("nodes", request, st, nodes=await read(queries.nodes), error=error)
 
     async def tenants_page(request: Request) -> Response:
         st = await clock()

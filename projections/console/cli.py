@@ -86,7 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpuledger serve: {message}\n")
         sys.stderr.flush()
 
-    console = Console(reader, db, interval_s=args.interval, token=args.token, log=log)
+    console = Console(
+        reader, db, source=args.ledger, interval_s=args.interval, token=args.token, log=log
+    )
     try:
         console.open()
     except (SchemaError, ValueError, OSError, duckdb.Error) as exc:

@@ -80,7 +80,24 @@ function follow() {
   source.onopen = () => live.classList.remove("stale");
 }
 
+// The slider picks a moment between the first and the last record; the text field is
+// what is sent, as an ISO time on a live ledger or seconds from 0 on a simulated one.
+function travel() {
+  const form = document.getElementById("travel");
+  const slider = document.getElementById("travel-slider");
+  const field = document.getElementById("travel-at");
+  if (!form || !slider || !field) return;
+  const wall = form.dataset.wall === "1";
+  slider.addEventListener("input", () => {
+    const ms = Number(slider.value);
+    field.value = wall ? new Date(ms).toISOString() : `${Math.round(ms / 1000)}s`;
+  });
+  slider.addEventListener("change", () => form.submit());
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   drawCharts();
-  follow();
+  travel();
+  // A page of a past moment does not change when the ledger grows: it is not refreshed.
+  if (!new URL(window.location.href).searchParams.get("at")) follow();
 });
