@@ -20,9 +20,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/gpuledger demo --out $(OUT)/demo
-	@echo "The live console over the demo ledger:"
-	@echo "  $(VENV)/bin/gpuledger serve --ledger $(OUT)/demo/gpuledger/ledger"
+	$(VENV)/bin/gpuledger demo --out $(OUT)/demo  # its last line: the console's serve command
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check events scheduler projections replay tests bench scripts

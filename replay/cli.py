@@ -481,6 +481,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  gpuledger report --db {dbs['gpuledger']}")
     query = "SELECT * FROM tenant_percentiles"
     print(f'  gpuledger sql --db {dbs["gpuledger"]} "{query}"')
+    print(f"  gpuledger serve --ledger {out / 'gpuledger' / 'ledger'}   # the live web console")
     return 0
 
 

@@ -280,7 +280,8 @@ def test_concurrent_readers_while_the_ledger_grows(ledger: Path, tmp_path: Path)
     assert not failures, failures[:3]
     assert len(answered) == 20 and min(answered) > 0
     assert status["next_offset"] == end_offset and status["follower_error"] == ""
-    assert srv.proc.returncode is not None
+    assert srv.proc.returncode == 0, srv.stderr  # SIGTERM: a clean stop
+    assert not (tmp_path / "c.duckdb.console.json").exists()
 
 
 # --------------------------------------------------------------------------- in the browser

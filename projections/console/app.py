@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import json
 import os
+import signal
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -557,6 +558,13 @@ def serve(
             ready(url)
         await task
 
+    def terminate(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # unwind through the finally below, as Ctrl-C does
+
+    # uvicorn shuts down gracefully on SIGTERM and then raises the signal again under the
+    # handler it found; a Python handler there (rather than the default, which kills the
+    # process at once) lets the announcement be removed and the database closed.
+    signal.signal(signal.SIGTERM, terminate)
     console.start()
     try:
         asyncio.run(main())
