@@ -3,7 +3,8 @@
 ``rows(ledger)`` projects the first ``TARGET`` events of the month-scale simulator ledger
 of ``bench.__main__`` (about 1.1 million records; ``--quick`` has a tenth) into a fresh
 DuckDB file, projects it again (nothing to do), and times the percentile, SLO, preemption
-and GPU-usage queries. Figures go into the bench table with their targets.
+and GPU-usage queries, then the console's pages and API over it (``bench.console``).
+Figures go into the bench table with their targets.
 """
 
 from __future__ import annotations
@@ -85,4 +86,7 @@ def rows(ledger: MemoryLedger, *, target: int = TARGET) -> list[dict[str, Any]]:
                 )
         finally:
             con.close()
+        from bench.console import rows as console_rows  # noqa: PLC0415
+
+        out += console_rows(reader, db)  # gpuledger serve over the same projection
     return out

@@ -445,3 +445,37 @@ def test_time_travel_equals_state_at(server: Server, page: Any, ledger: Path) ->
     page.locator("#travel-slider").fill("0")
     page.wait_for_url("**/nodes?at=0s")
     assert page.locator(".slot").count() == 0
+
+
+def test_whatif_runs_in_a_worker_and_leaves_the_ledger(
+    server: Server, page: Any, ledger: Path
+) -> None:
+    before = server.get("/api/status")["next_offset"]
+    page.goto(f"{server.url}/whatif")
+    page.select_option("select[name=policy_name]", "fifo")
+    page.locator("form.whatif button").click()
+    page.wait_for_url("**/whatif/*")
+    run = page.locator("#whatif-run")
+    assert run.get_attribute("data-state") in ("running", "done")
+    page.locator('#whatif-run[data-state="done"]').wait_for(timeout=120_000)
+    table = page.locator("#whatif-table").inner_text()
+    assert "training" in table and "->" in table
+    _shot(page, "whatif")
+    run_id = int(page.url.rsplit("/", 1)[1])
+    report = server.get(f"/api/whatif/{run_id}")
+    assert report["report"]["changes"] == ["policy gpuledger -> fifo"]
+    # it wrote its own ledger, never the served one
+    writer = FileLedger.open(ledger, create=False)
+    try:
+        assert writer.end_offset() == before
+    finally:
+        writer.close()
+    # a cross-site form post is refused
+    request = urllib.request.Request(
+        server.url + "/whatif",
+        data=b"policy_name=fifo",
+        headers={"Origin": "http://elsewhere.example"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 403

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import duckdb
 import msgspec
@@ -37,7 +37,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -45,8 +51,10 @@ from events.ledgertime import format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
 from projections.console.travel import Travel, nodes_of
+from projections.console.whatif import MAX_QUEUES_YAML, WhatIfBusyError, WhatIfRuns
 from projections.projector import connect, project
 from projections.report import format_duration, parse_window
+from scheduler.core.policy import POLICIES
 
 __all__ = [
     "DISCOVERY_SUFFIX",
@@ -117,6 +125,8 @@ class Console:
     batch_size: int = 50_000
     token: str | None = None
     log: Callable[[str], None] = print
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+    """Called by ``stop`` (the what-if runs' clean-up)."""
     next_offset: int = 0
     last_error: str = ""
     runs: int = 0
@@ -138,6 +148,8 @@ class Console:
         self._thread.start()
 
     def stop(self) -> None:
+        for callback in self.on_stop:
+            callback()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -243,11 +255,18 @@ def build_app(console: Console) -> Starlette:
 
         return await run_in_threadpool(run)
 
+    status_cache: dict[int, dict[str, Any]] = {}
+
     async def clock() -> dict[str, Any]:
-        st: dict[str, Any] = await read(queries.status)
-        st["wall"] = is_wall_clock(st["first_ms"])
-        st["follower_error"] = console.last_error
-        return st
+        # The projection's extent changes only when the follower advances: one query per
+        # advance, not per request.
+        offset = console.next_offset
+        if offset not in status_cache:
+            fresh: dict[str, Any] = await read(queries.status)
+            fresh["wall"] = is_wall_clock(fresh["first_ms"])
+            status_cache.clear()
+            status_cache[offset] = fresh
+        return {**status_cache[offset], "follower_error": console.last_error}
 
     def page(name: str, request: Request, st: dict[str, Any], **context: Any) -> Response:
         # The time filters depend on the ledger's clock. Setting them on the shared
@@ -472,6 +491,57 @@ def build_app(console: Console) -> Starlette:
         }
         return page("tenants", request, st, r=report, charts=charts, error=error)
 
+    whatifs = WhatIfRuns(console.source) if console.source else None
+    console.on_stop.append(lambda: whatifs.close() if whatifs is not None else None)
+
+    def same_origin(request: Request) -> bool:
+        """A browser sends Origin with a cross-site POST: refuse those (CSRF), so that
+        another site open in the same browser cannot start runs on a local console."""
+        origin = request.headers.get("origin")
+        return origin is None or origin == f"{request.url.scheme}://{request.url.netloc}"
+
+    async def whatif_page(request: Request) -> Response:
+        st = await clock()
+        runs = [r.view() for r in reversed(whatifs.runs.values())] if whatifs else []
+        return page("whatif", request, st, runs=runs, policies=POLICIES, run=None)
+
+    async def whatif_start(request: Request) -> Response:
+        if whatifs is None:
+            return _error(400, "what-if needs the ledger's address")
+        if not same_origin(request):
+            return _error(403, "cross-origin request refused")
+        # The page's form is urlencoded; parsed here rather than with python-multipart,
+        # which Starlette's request.form() needs and nothing else would.
+        body = await request.body()
+        if len(body) > 2 * MAX_QUEUES_YAML:
+            return _error(413, "form too large")
+        form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        policy = form.get("policy_name", "")
+        if policy and policy not in POLICIES:
+            return _error(400, f"policy_name={policy!r}: choose from {', '.join(POLICIES)}")
+        try:
+            run = whatifs.start(queues_yaml=form.get("queues", ""), policy_name=policy)
+        except (ValueError, WhatIfBusyError) as exc:
+            st = await clock()
+            runs = [r.view() for r in reversed(whatifs.runs.values())]
+            return page(
+                "whatif", request, st, runs=runs, policies=POLICIES, run=None, error=str(exc)
+            )
+        return RedirectResponse(f"/whatif/{run.run_id}", status_code=303)
+
+    async def whatif_run(request: Request) -> Response:
+        st = await clock()
+        run = whatifs.runs.get(request.path_params["run"]) if whatifs else None
+        if run is None:
+            return page("missing", request, st, what=f"what-if {request.path_params['run']}")
+        return page("whatif", request, st, runs=[], policies=POLICIES, run=run.view())
+
+    async def api_whatif(request: Request) -> Response:
+        run = whatifs.runs.get(request.path_params["run"]) if whatifs else None
+        if run is None:
+            return _error(404, f"no what-if {request.path_params['run']}")
+        return _json(run.view())
+
     async def home(request: Request) -> Response:
         return await queues_page(request)
 
@@ -482,6 +552,10 @@ def build_app(console: Console) -> Starlette:
         Route("/jobs/{job:path}", job_page),
         Route("/nodes", nodes_page),
         Route("/tenants", tenants_page),
+        Route("/whatif", whatif_page),
+        Route("/whatif", whatif_start, methods=["POST"]),
+        Route("/whatif/{run:int}", whatif_run),
+        Route("/api/whatif/{run:int}", api_whatif),
         Route("/api/status", api_status),
         Route("/api/queues", api_queues),
         Route("/api/jobs", api_jobs),

@@ -63,15 +63,15 @@ WITH shares AS (
 SELECT q.queue, q.parent, q.path, q.depth, q.priority, q.over_quota_weight,
        coalesce(s.deserved_gpus, q.deserved_gpus) AS deserved_gpus,
        s.fair_gpus, q.limit_gpus,
-       (SELECT coalesce(sum(l.allocated_gpus), 0) FROM leaf l
-         WHERE l.path = q.path OR starts_with(l.path, q.path || '/')) AS allocated_gpus,
-       (SELECT coalesce(sum(l.pending_jobs), 0) FROM leaf l
-         WHERE l.path = q.path OR starts_with(l.path, q.path || '/')) AS pending_jobs,
-       (SELECT coalesce(sum(l.pending_gpus), 0) FROM leaf l
-         WHERE l.path = q.path OR starts_with(l.path, q.path || '/')) AS pending_gpus,
+       coalesce(sum(l.allocated_gpus), 0) AS allocated_gpus,
+       coalesce(sum(l.pending_jobs), 0) AS pending_jobs,
+       coalesce(sum(l.pending_gpus), 0) AS pending_gpus,
        t.jobs, t.p50_ttr_s, t.p90_ttr_s
-FROM queues q LEFT JOIN shares s USING (queue) LEFT JOIN tenant_percentiles t USING (queue)
+FROM queues q
+LEFT JOIN leaf l ON l.path = q.path OR starts_with(l.path, q.path || '/')
+LEFT JOIN shares s USING (queue) LEFT JOIN tenant_percentiles t USING (queue)
 WHERE NOT q.removed
+GROUP BY ALL
 ORDER BY q.path
 """
 

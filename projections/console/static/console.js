@@ -95,9 +95,16 @@ function travel() {
   slider.addEventListener("change", () => form.submit());
 }
 
+// A running what-if: reload its page every second until it has finished.
+function followWhatIf() {
+  const run = document.getElementById("whatif-run");
+  if (run && run.dataset.state === "running") window.setTimeout(() => window.location.reload(), 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   drawCharts();
   travel();
+  followWhatIf();
   // A page of a past moment does not change when the ledger grows: it is not refreshed.
   if (!new URL(window.location.href).searchParams.get("at")) follow();
 });
