@@ -161,6 +161,18 @@ def test_api_numbers_equal_sql(server: Server, ledger: Path, tmp_path: Path) -> 
     (total,) = _sql(ledger, tmp_path, "SELECT count(*) FROM jobs WHERE status = 'succeeded'")[0]
     assert page["total"] == total and len(page["rows"]) == 7
     assert {r["status"] for r in page["rows"]} == {"succeeded"}
+    between = server.get("/api/jobs?from=2h&to=3h&queue=interactive")
+    (count,) = _sql(
+        ledger,
+        tmp_path,
+        "SELECT count(*) FROM jobs WHERE queue = 'interactive' "
+        "AND submitted_at_s >= 7200 AND submitted_at_s < 10800",
+    )[0]
+    assert between["total"] == count > 0
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        server.get("/api/jobs?from=yesterday")
+    assert bad.value.code == 400
+    assert "'yesterday'" in json.loads(bad.value.read())["error"]
 
 
 def test_sql_and_report_go_through_the_server(server: Server, ledger: Path) -> None:

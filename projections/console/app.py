@@ -314,16 +314,18 @@ def build_app(console: Console) -> Starlette:
         text = request.query_params.get("window", "")
         return parse_window(text) if text else None
 
-    def job_filter(request: Request, wall: bool) -> queries.JobFilter:
+    def job_filter(request: Request, st: dict[str, Any]) -> queries.JobFilter:
         q = request.query_params
         lo, hi = q.get("from", ""), q.get("to", "")
+        wall = bool(st["wall"])
+        origin = int(st["first_ms"] or 0) if wall else 0
         return queries.JobFilter(
             queue=q.get("queue", ""),
             status=q.get("status", ""),
             priority_class=q.get("priority_class", ""),
             namespace=q.get("namespace", ""),
-            submitted_from_s=parse_at(lo, wall) / 1000 if lo else None,
-            submitted_to_s=parse_at(hi, wall) / 1000 if hi else None,
+            submitted_from_s=parse_at(lo, wall, origin) / 1000 if lo else None,
+            submitted_to_s=parse_at(hi, wall, origin) / 1000 if hi else None,
             page=_int_param(request, "page", 1),
             per_page=_int_param(request, "per_page", 50),
         )
@@ -339,7 +341,7 @@ def build_app(console: Console) -> Starlette:
     async def api_jobs(request: Request) -> Response:
         st = await clock()
         try:
-            flt = job_filter(request, st["wall"])
+            flt = job_filter(request, st)
         except ValueError as exc:
             return _error(400, str(exc))
         return _json(await read(queries.jobs_page, flt))
@@ -414,7 +416,7 @@ def build_app(console: Console) -> Starlette:
         if snap is not None:
             return page("jobs", request, st, snap=snap, error=travel_error)
         try:
-            flt = job_filter(request, st["wall"])
+            flt = job_filter(request, st)
             error = ""
         except ValueError as exc:
             flt, error = queries.JobFilter(), str(exc)
