@@ -148,6 +148,7 @@ class Console:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the what-if runs and the follower, then close the database."""
         for callback in self.on_stop:
             callback()
         self._stop.set()
