@@ -3,6 +3,7 @@ it on a live (wall-clock) ledger."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,18 @@ def test_state_at_iso_on_a_live_ledger(tmp_path: Path) -> None:
         check=False,
     )
     assert bad.returncode == 2 and "ISO-8601" in bad.stderr
+
+
+def test_log_cat_shows_iso_on_a_live_ledger(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    with FileLedger.open(ledger) as writer:
+        writer.append([wrap(QueueConfigured(queue="q"), T0), wrap(QueueConfigured(queue="s"), 5)])
+    done = subprocess.run(
+        [GPULEDGER, "log", "cat", str(ledger)], capture_output=True, text=True, check=True
+    )
+    live, simulated = (json.loads(line) for line in done.stdout.splitlines())
+    assert live["at_iso"] == "2025-12-03T08:00:00.000Z" and live["at"] == T0
+    assert "at_iso" not in simulated
+    export = tmp_path / "x.jsonl"
+    subprocess.run([GPULEDGER, "log", "export", str(ledger), "--out", str(export)], check=True)
+    assert "at_iso" not in export.read_text()  # the export format stays as it was
