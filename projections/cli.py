@@ -174,12 +174,31 @@ def _server_of(args: argparse.Namespace) -> str | None:
 def _open_source(args: argparse.Namespace) -> duckdb.DuckDBPyConnection:
     from projections.parquet import open_parquet  # noqa: PLC0415  # only for --parquet
 
-    try:
-        if args.parquet is not None:
-            return open_parquet(args.parquet)
-        return connect(args.db, read_only=True)
-    except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
-        raise CliError(str(exc)) from exc
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            if args.parquet is not None:
+                return open_parquet(args.parquet)
+            return connect(args.db, read_only=True)
+        except duckdb.IOException as exc:
+            # `project --follow` holds the file's lock while a run writes and lets go
+            # between runs: wait for a gap rather than fail.
+            if not _is_lock_error(exc):
+                raise CliError(str(exc)) from exc
+            if time.monotonic() > deadline:
+                raise CliError(f"{exc}; read it through `gpuledger serve`") from exc
+            time.sleep(0.1)
+        except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
+            raise CliError(str(exc)) from exc
+
+
+LOCK_WAIT_S = 10.0
+"""How long ``sql``/``report`` wait for a projecting process to let go of the file."""
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    """DuckDB's "Could not set lock on file": another process has the file open to write."""
+    return isinstance(exc, duckdb.IOException) and "Could not set lock" in str(exc)
 
 
 @contextlib.contextmanager
@@ -209,8 +228,15 @@ def _project_or_follow(args: argparse.Namespace) -> int:
             return _project(args, reader, source)
         try:
             while True:
-                _project(args, reader, source)
-                args.rebuild = False
+                try:
+                    _project(args, reader, source)
+                    args.rebuild = False
+                except CliError as exc:
+                    # A reader that opened the file (`sql --db`) holds its lock for a while:
+                    # a follower waits for it and carries on instead of exiting.
+                    if exc.__cause__ is None or not _is_lock_error(exc.__cause__):
+                        raise
+                    sys.stderr.write(f"gpuledger: {exc}; retrying\n")
                 time.sleep(args.interval)
         except KeyboardInterrupt:
             return 0
