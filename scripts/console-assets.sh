@@ -23,7 +23,10 @@ if [[ ! -f "$tarball" ]]; then
     exit 0
   fi
   mkdir -p "$cache"
-  (cd "$cache" && npm pack --silent "chart.js@$CHARTJS_VERSION" >/dev/null)
+  if ! (cd "$cache" && npm pack --silent "chart.js@$CHARTJS_VERSION" >/dev/null); then
+    echo "console-assets: npm pack chart.js@$CHARTJS_VERSION failed; the plots are left out" >&2
+    exit 0
+  fi
 fi
 mkdir -p "$vendor"
 tmp="$(mktemp -d)"
