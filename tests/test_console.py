@@ -176,7 +176,7 @@ def test_api_numbers_equal_sql(server: Server, ledger: Path, tmp_path: Path) -> 
     assert "'yesterday'" in json.loads(bad.value.read())["error"]
 
 
-def test_sql_and_report_go_through_the_server(server: Server, ledger: Path) -> None:
+def test_sql_and_report_go_through_the_server(server: Server, ledger: Path, tmp_path: Path) -> None:
     db = ledger.parent / "history.duckdb"
     # --db finds the running server (the file is locked by it); --server names it.
     for source in (["--db", str(db)], ["--server", server.url]):
@@ -196,6 +196,15 @@ def test_sql_and_report_go_through_the_server(server: Server, ledger: Path) -> N
     )
     tenants = {t["queue"]: t for t in json.loads(report.stdout)["tenants"]}
     assert tenants[HOSTILE_QUEUE]["jobs"] == 1
+    # the table through the console is the table from (an independent projection of) the file
+    _sql(ledger, tmp_path, "SELECT 1")
+    texts = [
+        subprocess.run(
+            [GPULEDGER, "report", *source], capture_output=True, text=True, check=True
+        ).stdout
+        for source in (["--server", server.url], ["--db", str(tmp_path / "independent.duckdb")])
+    ]
+    assert texts[0] == texts[1]
     refused = subprocess.run(
         [GPULEDGER, "sql", "--server", server.url, "DELETE FROM jobs"],
         capture_output=True,
