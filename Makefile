@@ -14,12 +14,13 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	bash scripts/console-assets.sh  # Chart.js for the console, from the npm registry
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/gpuledger demo --out $(OUT)/demo
+	$(VENV)/bin/gpuledger demo --out $(OUT)/demo  # its last line: the console's serve command
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check events scheduler projections replay tests bench scripts

@@ -3,9 +3,10 @@
 ``rows(ledger)`` projects the first ``TARGET`` events of the month-scale simulator ledger
 of ``bench.__main__`` (about 1.1 million records; ``--quick`` has a tenth) into a fresh
 DuckDB file, projects it again (nothing to do), and times the percentile, SLO, preemption
-and GPU-usage queries; ``long_rows()`` projects a quiet 4,000-hour, 22-queue ledger. Each
-projection is printed with its rows and bytes per event and beside its physical floor
-(``floor_rate``: the same records decoded and appended to Arrow columns, nothing folded).
+and GPU-usage queries, then the console's pages and API over it (``bench.console``);
+``long_rows()`` projects a quiet 4,000-hour, 22-queue ledger. Each projection is printed
+with its rows and bytes per event and beside its physical floor (``floor_rate``: the same
+records decoded and appended to Arrow columns, nothing folded).
 Figures go into the bench table with their targets.
 """
 
@@ -207,4 +208,7 @@ def rows(ledger: MemoryLedger, *, target: int = TARGET) -> list[dict[str, Any]]:
                 )
         finally:
             con.close()
+        from bench.console import rows as console_rows  # noqa: PLC0415
+
+        out += console_rows(reader, db)  # gpuledger serve over the same projection
     return out

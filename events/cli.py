@@ -199,7 +199,7 @@ def _print_followed(
     try:
         for off, env in records:
             if types is None or env.type in types:
-                out.write(to_json_line(off, env) + b"\n")
+                out.write(to_json_line(off, env, iso=True) + b"\n")
                 out.flush()
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow normally ends
@@ -219,7 +219,7 @@ def _cat(args: argparse.Namespace) -> int:
             return 0
         for off, env in reader.read(args.start, args.end):
             if types is None or env.type in types:
-                out.write(to_json_line(off, env) + b"\n")
+                out.write(to_json_line(off, env, iso=True) + b"\n")
     out.flush()
     return 0
 
@@ -229,7 +229,7 @@ def _tail(args: argparse.Namespace) -> int:
     with _user_errors(), _reading(args.ledger) as reader:
         end = reader.end_offset()
         for off, env in _last_records(reader, args.count, end):
-            out.write(to_json_line(off, env) + b"\n")
+            out.write(to_json_line(off, env, iso=True) + b"\n")
         out.flush()
         if args.follow:
             _print_followed(reader.follow(end, idle_timeout_s=args.idle_timeout), out)

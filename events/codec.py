@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from events.ledgertime import format_at, is_wall_clock
 from events.model import TAGS, AnyEvent, Event, event_key, tag_of
 
 SCHEMA_VERSION = 3
@@ -112,24 +113,29 @@ def event_to_builtins(event: Event) -> dict[str, Any]:
     return result
 
 
-def to_json_line(offset: int, env: Envelope) -> bytes:
+def to_json_line(offset: int, env: Envelope, *, iso: bool = False) -> bytes:
     """One JSON Lines row for an envelope: offset, type, key, at, version, payload.
+
+    With ``iso`` a record stamped in wall time (``events.ledgertime``) also carries
+    ``at_iso``, its time as ISO-8601 UTC, for people reading ``log cat``; an export
+    leaves it out (``from_json_line`` ignores it either way).
 
     Raises DecodeError naming the offset if the payload has no JSON form (msgpack
     extension types, say, which no gpuledger writer produces).
     """
     try:
         payload = msgspec.msgpack.decode(env.payload)
-        return _json_enc.encode(
-            {
-                "offset": offset,
-                "type": env.type,
-                "key": env.key,
-                "at": env.at,
-                "version": env.version,
-                "payload": payload,
-            }
-        )
+        row: dict[str, Any] = {
+            "offset": offset,
+            "type": env.type,
+            "key": env.key,
+            "at": env.at,
+        }
+        if iso and is_wall_clock(env.at):
+            row["at_iso"] = format_at(env.at, wall=True)
+        row["version"] = env.version
+        row["payload"] = payload
+        return _json_enc.encode(row)
     except (*_BAD_INPUT, msgspec.EncodeError, TypeError) as exc:
         raise DecodeError(f"offset {offset}: {env.type} payload has no JSON form: {exc}") from exc
 

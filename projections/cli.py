@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import os
 import sys
 import time
 import warnings
@@ -131,22 +132,73 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     mi.set_defaults(func=_metrics_import)
 
+    from projections.console import cli as console_cli  # noqa: PLC0415  # no server imports
+
+    console_cli.register(sub)
+
 
 def _add_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--db", metavar="FILE", help="projection database")
+    source.add_argument(
+        "--db",
+        metavar="FILE",
+        help="projection database (asked through its `gpuledger serve` when one runs)",
+    )
     source.add_argument("--parquet", metavar="DIR", help="a `gpuledger export --parquet` dir")
+    source.add_argument(
+        "--server", metavar="URL", help="a running `gpuledger serve`, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("GPULEDGER_TOKEN") or None,
+        metavar="T",
+        help="--server: the console's token (default: $GPULEDGER_TOKEN)",
+    )
+
+
+def _server_of(args: argparse.Namespace) -> str | None:
+    """The console to ask: ``--server``, or the ``serve`` that owns ``--db`` right now.
+
+    Readers go through the server that owns a file rather than open it beside the
+    writer, which would fail on DuckDB's file lock while the follower projects.
+    """
+    from projections.console.client import find_server  # noqa: PLC0415
+
+    if args.server is not None:
+        return str(args.server)
+    if args.db is not None:
+        return find_server(args.db, args.token)
+    return None
 
 
 def _open_source(args: argparse.Namespace) -> duckdb.DuckDBPyConnection:
     from projections.parquet import open_parquet  # noqa: PLC0415  # only for --parquet
 
-    try:
-        if args.parquet is not None:
-            return open_parquet(args.parquet)
-        return connect(args.db, read_only=True)
-    except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
-        raise CliError(str(exc)) from exc
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            if args.parquet is not None:
+                return open_parquet(args.parquet)
+            return connect(args.db, read_only=True)
+        except duckdb.IOException as exc:
+            # `project --follow` holds the file's lock while a run writes and lets go
+            # between runs: wait for a gap rather than fail.
+            if not _is_lock_error(exc):
+                raise CliError(str(exc)) from exc
+            if time.monotonic() > deadline:
+                raise CliError(f"{exc}; read it through `gpuledger serve`") from exc
+            time.sleep(0.1)
+        except (FileNotFoundError, SchemaError, duckdb.Error) as exc:
+            raise CliError(str(exc)) from exc
+
+
+LOCK_WAIT_S = 10.0
+"""How long ``sql``/``report`` wait for a projecting process to let go of the file."""
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    """DuckDB's "Could not set lock on file": another process has the file open to write."""
+    return isinstance(exc, duckdb.IOException) and "Could not set lock" in str(exc)
 
 
 @contextlib.contextmanager
@@ -176,8 +228,15 @@ def _project_or_follow(args: argparse.Namespace) -> int:
             return _project(args, reader, source)
         try:
             while True:
-                _project(args, reader, source)
-                args.rebuild = False
+                try:
+                    _project(args, reader, source)
+                    args.rebuild = False
+                except CliError as exc:
+                    # A reader that opened the file (`sql --db`) holds its lock for a while:
+                    # a follower waits for it and carries on instead of exiting.
+                    if exc.__cause__ is None or not _is_lock_error(exc.__cause__):
+                        raise
+                    sys.stderr.write(f"gpuledger: {exc}; retrying\n")
                 time.sleep(args.interval)
         except KeyboardInterrupt:
             return 0
@@ -237,20 +296,24 @@ def _report(args: argparse.Namespace) -> int:
         window = parse_window(args.window) if args.window else None
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    con = _open_source(args)
-    try:
-        report = full_report(con, window)
-    except duckdb.Error as exc:
-        raise CliError(f"report failed: {exc}") from exc
-    finally:
-        con.close()
+    server = _server_of(args)
+    if server is not None:
+        report = _ask(server, args, "/api/report", window=args.window)
+    else:
+        con = _open_source(args)
+        try:
+            report = full_report(con, window)
+        except duckdb.Error as exc:
+            raise CliError(f"report failed: {exc}") from exc
+        finally:
+            con.close()
     with _output(args.output) as out:
         if args.format == "json":
             out.write(msgspec.json.encode(report, enc_hook=_json_default).decode() + "\n")
         elif args.format == "html":
             from projections.html import render_html  # noqa: PLC0415  # only for html
 
-            name = args.db if args.db is not None else args.parquet
+            name = args.db or args.parquet or args.server
             out.write(render_html(report, title=f"gpuledger report: {name}"))
         else:
             out.write(render_full_report(report) + "\n")
@@ -300,9 +363,57 @@ def _json_default(value: Any) -> Any:
     return str(value)  # DuckDB types msgspec does not know (intervals, blobs…) as text
 
 
+def _ask(server: str, args: argparse.Namespace, path: str, **params: Any) -> Any:
+    from projections.console.client import ServerError, get_json  # noqa: PLC0415
+
+    try:
+        return get_json(server, path, args.token, **params)
+    except ServerError as exc:
+        raise CliError(str(exc)) from exc
+
+
+class _Remote:
+    """The part of a DuckDB connection that ``sql`` uses, answered by a console's
+    read-only ``/api/sql`` endpoint."""
+
+    def __init__(self, server: str, token: str | None) -> None:
+        self.server, self.token = server, token
+        self.description: list[tuple[str, str]] | None = None
+        self._rows: list[Any] = []
+
+    def execute(self, query: str) -> _Remote:
+        from projections.console.client import ServerError, post_json  # noqa: PLC0415
+
+        try:
+            answer = post_json(self.server, "/api/sql", self.token, {"query": query})
+        except ServerError as exc:
+            raise CliError(str(exc)) from exc
+        self.description = list(zip(answer["columns"], answer["types"], strict=True)) or None
+        self._rows = [tuple(r) for r in answer["rows"]]
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def close(self) -> None:
+        pass
+
+
 def _sql(args: argparse.Namespace) -> int:
     if args.format == "parquet" and not args.output:
         raise CliError("--format parquet needs --output FILE")
+    server = _server_of(args)
+    if server is not None:
+        if args.format == "parquet":
+            raise CliError(
+                "--format parquet reads the file itself: not through a console (--server); "
+                "use --format csv or json, or stop the console"
+            )
+        remote: Any = _Remote(server, args.token)
+        if args.query is None:
+            return _shell(remote, args)
+        _run_query(remote, args.query, args)
+        return 0
     con = _open_source(args)
     try:
         if args.query is None:
@@ -316,7 +427,7 @@ def _sql(args: argparse.Namespace) -> int:
 _PROMPT, _MORE = "gpuledger> ", "      ...> "
 
 
-def _shell(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> int:
+def _shell(con: Any, args: argparse.Namespace) -> int:
     """A small REPL: statements end with ';'; errors are printed and the shell goes on."""
     interactive = sys.stdin.isatty()
     if interactive:
@@ -355,7 +466,7 @@ def _shell(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> int:
     return 1 if failed and not interactive else 0
 
 
-def _run_query(con: duckdb.DuckDBPyConnection, query: str, args: argparse.Namespace) -> None:
+def _run_query(con: Any, query: str, args: argparse.Namespace) -> None:
     try:
         if args.format == "parquet":
             import pyarrow.parquet as pq  # noqa: PLC0415  # only for parquet output

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from events.ledgertime import format_at
 from projections.report import (
     AUDIT_COLUMNS,
     REPORT_COLUMNS,
@@ -22,6 +23,8 @@ from projections.report import (
     Column,
     format_duration,
     format_value,
+    readable_moments,
+    window_text,
 )
 from projections.views import HANDFUL, SLO_RATIO, WAIT_THRESHOLD_S
 
@@ -210,6 +213,11 @@ def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -
         {q: [(p["at_s"], p["pending"]) for p in pts] for q, pts in series.items()},
         y_label="pending jobs",
     )
+    wall = bool(window.get("wall"))
+
+    def week_label(week: int) -> str:
+        return format_at(week * 604_800_000, wall=True)[:10] if wall else f"week {week}"
+
     weekly = report["preemptions_weekly"]
     weeks = sorted({int(r["week"]) for r in weekly})
     by_queue: dict[str, dict[int, float]] = {}
@@ -217,7 +225,7 @@ def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -
         by_queue.setdefault(str(r["queue_path"]), {})[int(r["week"])] = float(r["preemptions"])
     preemption_bars = bar_chart(
         "Preemptions per week",
-        [f"week {w}" for w in weeks],
+        [week_label(w) for w in weeks],
         {q: [counts.get(w, 0.0) for w in weeks] for q, counts in sorted(by_queue.items())},
     )
     span = (
@@ -227,22 +235,21 @@ def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -
     )
     body = [
         f"<h1>{esc(title)}</h1>",
-        f"<p>Ledger time {esc(format_duration(window['start_s']))} to "
-        f"{esc(format_duration(window['end_s']))} ({esc(span)}).</p>",
+        f"<p>Ledger time {esc(window_text(window))} ({esc(span)}).</p>",
         "<h2>Per-tenant percentiles</h2>",
         percentile_bars,
         ttr_bars,
         _table(report["tenants"], REPORT_COLUMNS),
         f"<h2>Fairness SLO (p90 within {SLO_RATIO:g}&times; p50, rolling 24 h)</h2>",
-        _table(report["slo"], SLO_COLUMNS),
+        _table(*readable_moments(report["slo"], SLO_COLUMNS, wall)),
         "<h2>Queue depth and allocation</h2>",
         allocation,
         depth,
         f"<h2>Preemptions (more than a handful: &gt; {HANDFUL} per week)</h2>",
         preemption_bars,
-        _table(weekly, WEEKLY_COLUMNS),
+        _table(*readable_moments(weekly, WEEKLY_COLUMNS, wall)),
         "<h2>Preemption audit</h2>",
-        _table(report["preemption_audit"], AUDIT_COLUMNS),
+        _table(*readable_moments(report["preemption_audit"], AUDIT_COLUMNS, wall)),
         "<h2>GPU-hours: allocated, idle, utilised</h2>",
         _table(report["usage"], USAGE_COLUMNS),
         f"<h2>GPUs requested but not allocated within {WAIT_THRESHOLD_S // 60} min</h2>",

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from events.ledgertime import format_at, is_wall_clock
 from projections.projector import connect
 from projections.views import HANDFUL, JOB_AGGREGATES, SLO_RATIO, WAIT_THRESHOLD_S
 
@@ -439,7 +440,12 @@ def full_report(con: Any, window_s: float | None = None) -> dict[str, Any]:
         [lo],
     )
     return {
-        "window": {"start_s": max(start_s, first_s), "end_s": end_s, "window_s": window_s},
+        "window": {
+            "start_s": max(start_s, first_s),
+            "end_s": end_s,
+            "window_s": window_s,
+            "wall": is_wall_clock(row[0]),
+        },
         "tenants": tenants,
         "tree": _fetch(
             con, "SELECT * FROM tree_percentiles_between(?, ?) ORDER BY tree_path", [lo, hi]
@@ -492,30 +498,68 @@ def _series(con: Any, lo: float) -> dict[str, list[dict[str, Any]]]:
     return series
 
 
+MOMENT_KEYS = frozenset({"at_s", "last_breach_end_s", "window_start_s", "window_end_s"})
+"""Columns that are moments of ledger time (not durations): ISO timestamps on a live ledger."""
+
+
+def readable_moments(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], wall: bool
+) -> tuple[list[dict[str, Any]], tuple[Column, ...]]:
+    """On a wall-clock ledger, moments as ISO-8601 UTC and weeks as the date they start
+    (``2026-11-26``) rather than seconds and weeks since 1970; else unchanged."""
+    if not wall:
+        return [dict(r) for r in rows], tuple(columns)
+    cols = tuple(
+        Column(c.key, c.header, "text") if c.key in MOMENT_KEYS or c.key == "week" else c
+        for c in columns
+    )
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        new = dict(row)
+        for key in MOMENT_KEYS & new.keys():
+            if new[key] is not None:
+                new[key] = format_at(float(new[key]) * 1000, wall=True)
+        if new.get("week") is not None:
+            new["week"] = format_at(int(new["week"]) * 604_800_000, wall=True)[:10]
+        out.append(new)
+    return out, cols
+
+
+def window_text(window: Mapping[str, Any]) -> str:
+    """``+00:00:00 – +15:16:26`` (simulated) or ``2026-12-01T… – 2026-12-03T…`` (live)."""
+    wall = bool(window.get("wall"))
+    if not wall:
+        return f"{format_duration(window['start_s'])} to {format_duration(window['end_s'])}"
+    start = format_at(window["start_s"] * 1000, wall=True)
+    return f"{start} to {format_at(window['end_s'] * 1000, wall=True)}"
+
+
 def render_full_report(report: Mapping[str, Any]) -> str:
     """The plain-text form of ``full_report``: one titled table per section."""
     window = report["window"]
+    wall = bool(window.get("wall"))
     span = (
         "all history"
         if window["window_s"] is None
         else f"last {format_duration(window['window_s'])}"
     )
+
+    def table(key: str, columns: Sequence[Column]) -> str:
+        return render_table(*readable_moments(report[key], columns, wall))
+
     parts = [
-        f"Tenants ({span} of ledger time, jobs by submission)",
+        f"Tenants ({span} of ledger time, jobs by submission"
+        + (f"; {window_text(window)})" if wall else ")"),
         render_table(report["tenants"], REPORT_COLUMNS),
         "",
         f"Fairness SLO: p90 completion within {SLO_RATIO:g}x p50 over rolling 24 h windows",
-        render_table(report["slo"], SLO_COLUMNS) if report["slo"] else "(no completed jobs)",
+        table("slo", SLO_COLUMNS) if report["slo"] else "(no completed jobs)",
         "",
         f"Preemptions per week (more than a handful = more than {HANDFUL})",
-        render_table(report["preemptions_weekly"], WEEKLY_COLUMNS)
-        if report["preemptions_weekly"]
-        else "(none)",
+        table("preemptions_weekly", WEEKLY_COLUMNS) if report["preemptions_weekly"] else "(none)",
         "",
         "Preemption audit (costliest first)",
-        render_table(report["preemption_audit"], AUDIT_COLUMNS)
-        if report["preemption_audit"]
-        else "(none)",
+        table("preemption_audit", AUDIT_COLUMNS) if report["preemption_audit"] else "(none)",
         "",
         "GPU usage (idle = allocated but not running; drift = allocated but not utilised)",
         render_table(report["usage"], USAGE_COLUMNS) if report["usage"] else "(no allocations)",

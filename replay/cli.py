@@ -58,7 +58,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--verify", action="store_true", help="check every decision is reproduced")
     p.add_argument(
-        "--from", dest="start", default="0", help="an offset (1200) or a time (90m, 6h, 2d)"
+        "--from",
+        dest="start",
+        default="0",
+        help="an offset (1200), a time (90m, 6h, 2d; from the first record on a live ledger) "
+        "or, on a live ledger, an ISO-8601 time (2026-12-03T06:00:00Z)",
     )
     p.add_argument("--until", dest="end", help="an offset or a time; stop before it")
     p.add_argument("--policy", help="what-if: policy.yaml with other knobs")
@@ -71,7 +75,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--ledger", required=True, help="ledger directory, JSON Lines export or kafka://…"
     )
-    p.add_argument("--at", required=True, help="an offset (1200) or a time (90m, 6h, 2d)")
+    p.add_argument(
+        "--at",
+        required=True,
+        help="an offset (1200), a time (90m, 6h, 2d; from the first record on a live ledger) "
+        "or, on a live ledger, an ISO-8601 time (2026-12-03T06:00:00Z)",
+    )
     p.set_defaults(func=_state)
 
     p = sub.add_parser("demo", help="the built-in mixed workload under gpuledger and fifo")
@@ -210,22 +219,33 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+def parse_bound(text: str, origin_ms: int = 0, wall: bool = False) -> tuple[str, int]:
+    """``1200`` is an offset; ``90m``, ``6h``, ``3600s``, ``2d`` are ledger times after
+    ``origin_ms``; on a wall-clock ledger (``wall``) an ISO-8601 time such as
+    ``2026-12-03T06:00:00Z`` is one too (``events.ledgertime.parse_at``)."""
+    from events.ledgertime import parse_at  # noqa: PLC0415
 
-
-def parse_bound(text: str) -> tuple[str, int]:
-    """``1200`` is an offset; ``90m``, ``6h``, ``3600s``, ``2d`` are ledger times (ms)."""
     text = text.strip()
     if text.isdigit():
         return ("offset", int(text))
-    for unit in sorted(_UNITS, key=len, reverse=True):
-        number = text.removesuffix(unit)
-        if number != text:
-            try:
-                return ("time", round(float(number) * _UNITS[unit]))
-            except ValueError:
-                break
-    raise CliError(f"{text!r}: expected an offset (1200) or a time such as 90m, 6h, 2d")
+    try:
+        return ("time", parse_at(text, wall, origin_ms))
+    except ValueError:
+        iso = " or an ISO-8601 time such as 2026-12-03T06:00:00Z" if wall else ""
+        raise CliError(
+            f"{text!r}: expected an offset (1200), a time such as 90m, 6h, 2d{iso}"
+        ) from None
+
+
+def _clock(reader: Any) -> tuple[int, bool]:
+    """Where relative times count from, and whether the ledger runs on wall time: a live
+    ledger's ``6h`` is six hours after its first record, a simulated one's after 0."""
+    from events.ledgertime import is_wall_clock  # noqa: PLC0415
+
+    for _, env in reader.read(0, 1):
+        first = int(env.at)
+        return (first, True) if is_wall_clock(first) else (0, False)
+    return (0, False)
 
 
 def _offset_of(reader: Any, bound: tuple[str, int] | None, default: int | None) -> int | None:
@@ -270,8 +290,9 @@ def _replay(args: argparse.Namespace) -> int:
     from replay.verify import run  # noqa: PLC0415
 
     reader = _open(args.ledger)
-    start = _offset_of(reader, parse_bound(args.start), 0) or 0
-    end = _offset_of(reader, parse_bound(args.end) if args.end else None, None)
+    clock = _clock(reader)
+    start = _offset_of(reader, parse_bound(args.start, *clock), 0) or 0
+    end = _offset_of(reader, parse_bound(args.end, *clock) if args.end else None, None)
     started = time.perf_counter()
     try:
         result = run(reader, start=start, end=end)
@@ -314,8 +335,9 @@ def _whatif(args: argparse.Namespace) -> int:
         raise CliError("a what-if needs --out DIR for its ledger and report")
     refuse_kafka_url(args.out, "--out", "replay", "a directory for the what-if's ledger and report")
     reader = _open(args.ledger)
-    start_ms = _time_of(reader, parse_bound(args.start)) if args.start != "0" else None
-    end_ms = _time_of(reader, parse_bound(args.end)) if args.end else None
+    clock = _clock(reader)
+    start_ms = _time_of(reader, parse_bound(args.start, *clock)) if args.start != "0" else None
+    end_ms = _time_of(reader, parse_bound(args.end, *clock)) if args.end else None
     history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
     recorded = history.policy or policy_event("gpuledger")
     try:
@@ -399,8 +421,13 @@ def _state(args: argparse.Namespace) -> int:
     from replay.inspect import state_at  # noqa: PLC0415
 
     reader = _open(args.ledger)
-    bound = parse_bound(args.at)
+    clock = _clock(reader)
+    bound = parse_bound(args.at, *clock)
     snapshot = state_at(reader, bound)
+    if clock[1]:
+        from events.ledgertime import format_at  # noqa: PLC0415
+
+        print(f"{format_at(snapshot.state.now, wall=True)}")
     print(snapshot.headline)
     print(f"ended: {snapshot.ended}")
     for title, rows in (
@@ -456,6 +483,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  gpuledger report --db {dbs['gpuledger']}")
     query = "SELECT * FROM tenant_percentiles"
     print(f'  gpuledger sql --db {dbs["gpuledger"]} "{query}"')
+    print(f"  gpuledger serve --ledger {out / 'gpuledger' / 'ledger'}   # the live web console")
     return 0
 
 

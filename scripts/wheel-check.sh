@@ -24,6 +24,11 @@ for name in ("events", "events.filelog", "scheduler.core", "scheduler.engine", "
     assert (mod.__file__ or "").startswith(sys.prefix), f"{name} imported from {mod.__file__}"
 examples = pathlib.Path(replay.__file__).parent / "examples"
 assert (examples / "demo-workload.yaml").is_file(), "demo YAML files missing from the wheel"
+import projections.console.app  # the console's libraries are installed dependencies
+console = pathlib.Path(projections.console.app.__file__).parent
+for name in ("templates/base.html", "templates/queues.html", "static/console.js",
+             "static/console.css"):
+    assert (console / name).is_file(), f"console file {name} missing from the wheel"
 PY
 "$work/venv/bin/gpuledger" demo --out "$work/demo" >"$work/demo.log" || { cat "$work/demo.log"; exit 1; }
 echo "wheel-check: the installed wheel runs 'gpuledger demo' from a clean venv"

@@ -157,6 +157,9 @@ spec:
         {{- end }}
       env:
         {{- include "gpuledger.kafkaEnv" $root | nindent 8 }}
+        {{- with .env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- with .ports }}
       ports:
         {{- toYaml . | nindent 8 }}

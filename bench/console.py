@@ -1,0 +1,137 @@
+"""Console benchmark: ``gpuledger serve`` over a large ledger, its pages and API timed.
+
+``rows(ledger, db)`` writes the ledger's records to a ledger directory, starts ``gpuledger
+serve`` on it and the already projected ``db`` (so nothing is left to project), and times
+the Jobs and Queues pages and their API calls over HTTP: ``REQUESTS`` sequential requests
+each after one warm-up, p50 and p95. The server's resident memory (VmRSS) while it serves
+is reported beside. ``python -m bench.console [--quick]`` runs it alone on the month-scale
+simulator ledger of ``bench.__main__``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from events.filelog import FileLedger
+from events.memlog import MemoryLedger
+
+P95_MS_TARGET = 300
+REQUESTS = 40
+PATHS = (
+    "/api/queues",
+    "/api/jobs",
+    "/api/jobs?status=succeeded&page=200",
+    "/queues",
+    "/jobs",
+    "/jobs?status=succeeded&page=200",
+)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rows(ledger: MemoryLedger, db: Path) -> list[dict[str, Any]]:
+    """Bench rows for the console serving ``ledger`` from its projection ``db``."""
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="gpuledger-console-bench-") as tmp:
+        directory = Path(tmp) / "ledger"
+        writer = FileLedger.open(directory)
+        try:
+            for start in range(0, len(ledger.records), 100_000):
+                writer.append(ledger.records[start : start + 100_000])
+        finally:
+            writer.close()
+        gpuledger = str(Path(sys.executable).parent / "gpuledger")
+        proc = subprocess.Popen(
+            [
+                gpuledger,
+                "serve",
+                "--ledger",
+                str(directory),
+                "--db",
+                str(db),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().split("console on ", 1)[1].split()[0]
+            jobs = 0
+            for path in PATHS:
+                with urllib.request.urlopen(url + path, timeout=120) as r:  # warm-up
+                    body = r.read()
+                if path == "/api/jobs":
+                    import json  # noqa: PLC0415
+
+                    jobs = json.loads(body)["total"]
+                times = []
+                for _ in range(REQUESTS):
+                    started = time.perf_counter()
+                    with urllib.request.urlopen(url + path, timeout=120) as r:
+                        r.read()
+                    times.append((time.perf_counter() - started) * 1000)
+                p95 = statistics.quantiles(times, n=20)[-1]
+                out.append(
+                    {
+                        "benchmark": f"console GET {path}",
+                        "figure": f"p95 {p95:,.0f} ms",
+                        "target": f"<= {P95_MS_TARGET} ms",
+                        "ratio": P95_MS_TARGET / max(p95, 1e-6),
+                        "fifo": "",
+                        "detail": f"p50 {statistics.median(times):,.0f} ms, {REQUESTS} requests",
+                    }
+                )
+            out.append(
+                {
+                    "benchmark": "console memory while serving",
+                    "figure": f"{_rss_mib(proc.pid):,.0f} MiB",
+                    "target": "",
+                    "ratio": 1.0,
+                    "fifo": "",
+                    "detail": f"{len(ledger.records):,} events, {jobs:,} jobs (VmRSS)",
+                }
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bench.__main__ import _simulate  # noqa: PLC0415
+    from projections.projector import project  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m bench.console")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the month")
+    args = parser.parse_args(argv)
+    _, ledger = _simulate("gpuledger", 0.1 if args.quick else 1.0)
+    if len(ledger.records) > 1_000_000:
+        ledger = MemoryLedger(ledger.records[:1_000_000], name="bench")
+    with tempfile.TemporaryDirectory(prefix="gpuledger-console-bench-") as tmp:
+        db = Path(tmp) / "bench.duckdb"
+        project(ledger, db)
+        for row in rows(ledger, db):
+            print(
+                f"{row['benchmark']:<48} {row['figure']:>12}  {row['target']:<10} {row['detail']}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

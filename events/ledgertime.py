@@ -1,0 +1,70 @@
+"""Ledger time as people read it.
+
+A ledger's envelope times (``at``, milliseconds) are either wall-clock time (a live
+ledger: milliseconds since 1970) or simulated time starting at 0 (a ledger written by the
+simulator or a trace import). Nothing in the envelope says which, but the two never
+overlap in practice: a simulation would have to run for 31 years of simulated time to
+reach 2001. So a ledger whose first record is stamped at or after ``WALL_CLOCK_FROM_MS``
+is read as wall time — shown and accepted as ISO-8601 UTC timestamps — and any other
+ledger as simulated time — shown and accepted as offsets from 0 such as ``6h`` or
+``1d 2h``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+__all__ = ["WALL_CLOCK_FROM_MS", "format_at", "is_wall_clock", "parse_at"]
+
+WALL_CLOCK_FROM_MS = 1_000_000_000_000
+"""2001-09-09T01:46:40Z: a first record at or after this is wall time."""
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+
+
+def is_wall_clock(first_ms: int | None) -> bool:
+    """True when a ledger whose first record is stamped ``first_ms`` runs on wall time."""
+    return first_ms is not None and first_ms >= WALL_CLOCK_FROM_MS
+
+
+def format_at(at_ms: int | float | None, wall: bool) -> str:
+    """``2026-12-03T16:25:00.000Z`` for wall time, ``+1d 06:12:05`` for simulated time."""
+    if at_ms is None:
+        return ""
+    if wall:
+        moment = dt.datetime.fromtimestamp(at_ms / 1000, tz=dt.UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    total_s = int(at_ms // 1000)
+    days, rest = divmod(total_s, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return f"+{days}d {clock}" if days else f"+{clock}"
+
+
+def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:
+    """A moment typed by a person, in ledger milliseconds.
+
+    Accepted on any ledger: a relative time ``90m``, ``6h``, ``2d`` after ``origin_ms`` —
+    for a simulated ledger pass 0 (its clock's start); for a live one, its first record's
+    time, so that ``6h`` means six hours into the ledger rather than 1970. On a wall-clock
+    ledger also an ISO-8601 timestamp, ``2026-12-03T16:25:00Z`` (a timestamp without a
+    zone is UTC). Raises ``ValueError`` naming the text otherwise.
+    """
+    match = _RELATIVE.match(text)
+    if match:
+        return origin_ms + round(float(match.group(1)) * _UNITS_MS[match.group(2)])
+    try:
+        moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        hint = "an ISO-8601 time such as 2026-12-03T16:25:00Z or " if wall else ""
+        raise ValueError(f"{text!r}: expected {hint}a ledger time such as 90m, 6h, 2d") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    if not wall:
+        raise ValueError(
+            f"{text!r}: this ledger runs on simulated time from 0; give a time such as 6h"
+        )
+    return round(moment.timestamp() * 1000)

@@ -1,0 +1,112 @@
+"""``gpuledger serve``: argument parsing and user errors for ``projections.console.app``.
+
+The server's libraries (Starlette, uvicorn, Jinja2) are imported only when ``serve``
+runs, so the rest of the command line starts without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from events.clierror import CliError
+
+__all__ = ["default_db", "register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve`` to the ``gpuledger`` parser."""
+    s = sub.add_parser(
+        "serve",
+        help="follow a ledger and serve a live web console and JSON API over its projection",
+        description="Own the projection of a ledger (follow it and project incrementally, "
+        "as `project --follow` does) and serve the web console (Queues, Jobs, Nodes, "
+        "Tenants) and a JSON API from it. While it runs, `sql` and `report` on the same "
+        "database ask it instead of opening the file. See docs/console.md.",
+    )
+    s.add_argument("--ledger", required=True, metavar="SRC", help="ledger directory or kafka://…")
+    s.add_argument(
+        "--db",
+        metavar="FILE",
+        help="projection database (default: history.duckdb beside a ledger directory)",
+    )
+    s.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to bind (default 127.0.0.1:8080; port 0 picks a free one); a "
+        "non-local address needs --token",
+    )
+    s.add_argument(
+        "--token",
+        default=os.environ.get("GPULEDGER_TOKEN") or None,
+        metavar="T",
+        help="require this token from every client (default: $GPULEDGER_TOKEN)",
+    )
+    s.add_argument(
+        "--interval", type=float, default=0.5, metavar="S", help="seconds between follow runs"
+    )
+    s.set_defaults(func=_serve)
+
+
+def default_db(ledger: str) -> str:
+    """``history.duckdb`` beside a ledger directory, as ``gpuledger demo`` lays them out."""
+    if "://" in ledger:
+        raise CliError(f"--db is required for the ledger {ledger} (no directory to put it in)")
+    return str(Path(ledger).parent / "history.duckdb")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import duckdb  # noqa: PLC0415
+
+    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from projections.console.app import (  # noqa: PLC0415  # the server's libraries
+        Console,
+        ListenError,
+        check_listen,
+        parse_listen,
+        serve,
+    )
+    from projections.projector import SchemaError  # noqa: PLC0415
+
+    try:
+        host, port = parse_listen(args.listen)
+        check_listen(host, args.token)
+    except ListenError as exc:
+        raise CliError(str(exc)) from exc
+    db = args.db or default_db(args.ledger)
+    try:
+        reader = open_reader(args.ledger)
+    except (LedgerError, OSError, ValueError) as exc:
+        raise CliError(f"cannot open ledger {args.ledger}: {exc}") from exc
+
+    def log(message: str) -> None:
+        sys.stderr.write(f"gpuledger serve: {message}\n")
+        sys.stderr.flush()
+
+    console = Console(
+        reader, db, source=args.ledger, interval_s=args.interval, token=args.token, log=log
+    )
+    try:
+        console.open()
+    except (SchemaError, ValueError, OSError, duckdb.Error) as exc:
+        reader.close()
+        raise CliError(f"{db}: {exc}") from exc
+
+    def ready(url: str) -> None:
+        sys.stdout.write(f"gpuledger console on {url} (ledger {args.ledger}, database {db})\n")
+        sys.stdout.flush()
+
+    try:
+        serve(console, host, port, ready=ready)
+    except KeyboardInterrupt:
+        pass
+    except SystemExit as exc:  # uvicorn exits when it cannot bind, after logging why
+        raise CliError(f"cannot listen on {args.listen}") from exc
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.listen}: {exc}") from exc
+    finally:
+        reader.close()
+    return 0

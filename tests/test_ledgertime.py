@@ -1,0 +1,107 @@
+"""events.ledgertime: ledger time shown and typed as people read it, and the CLI's use of
+it on a live (wall-clock) ledger."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from events.codec import wrap
+from events.filelog import FileLedger
+from events.ledgertime import WALL_CLOCK_FROM_MS, format_at, is_wall_clock, parse_at
+from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
+
+GPULEDGER = str(Path(sys.executable).parent / "gpuledger")
+T0 = 1_764_748_800_000  # 2025-12-03T08:00:00Z
+
+
+def test_clock_kind() -> None:
+    assert not is_wall_clock(None)
+    assert not is_wall_clock(0)
+    assert not is_wall_clock(WALL_CLOCK_FROM_MS - 1)
+    assert is_wall_clock(T0)
+
+
+def test_format() -> None:
+    assert format_at(T0, wall=True) == "2025-12-03T08:00:00.000Z"
+    assert format_at(6 * 3_600_000 + 5_000, wall=False) == "+06:00:05"
+    assert format_at(86_400_000 + 61_000, wall=False) == "+1d 00:01:01"
+    assert format_at(None, wall=True) == ""
+
+
+def test_parse() -> None:
+    assert parse_at("6h", wall=False) == 21_600_000
+    assert parse_at("90m", wall=True, origin_ms=T0) == T0 + 5_400_000
+    assert parse_at("2025-12-03T08:00:00Z", wall=True) == T0
+    assert parse_at("2025-12-03T09:00:00+01:00", wall=True) == T0
+    assert parse_at("2025-12-03T08:00:00", wall=True) == T0  # no zone: UTC
+    with pytest.raises(ValueError, match="simulated time"):
+        parse_at("2025-12-03T08:00:00Z", wall=False)
+    with pytest.raises(ValueError, match="'soon': expected an ISO-8601"):
+        parse_at("soon", wall=True)
+
+
+@given(st.integers(min_value=WALL_CLOCK_FROM_MS, max_value=4_102_444_800_000))
+def test_iso_round_trip(ms: int) -> None:
+    assert parse_at(format_at(ms, wall=True), wall=True) == ms
+
+
+def test_state_at_iso_on_a_live_ledger(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    writer = FileLedger.open(ledger)
+    try:
+        writer.append(
+            [
+                wrap(NodeRegistered(node="n1", gpus=8), T0),
+                wrap(QueueConfigured(queue="q"), T0),
+                wrap(JobSubmitted(job="a", queue="q", pods=(PodSpec("a-0", 1000),)), T0),
+                wrap(
+                    JobSubmitted(job="b", queue="q", pods=(PodSpec("b-0", 1000),)), T0 + 7_200_000
+                ),
+            ]
+        )
+    finally:
+        writer.close()
+
+    def state(at: str) -> str:
+        done = subprocess.run(
+            [GPULEDGER, "state", "--ledger", str(ledger), "--at", at],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout
+
+    iso = state("2025-12-03T09:00:00Z")
+    assert iso.splitlines()[0] == "2025-12-03T09:00:00.000Z"
+    assert "(through offset 2)" in iso  # job b (at 10:00) not yet submitted
+    assert state("1h") == iso  # relative: one hour after the first record, not 1970
+    assert "(through offset 3)" in state("2025-12-03T10:00:00Z")
+    bad = subprocess.run(
+        [GPULEDGER, "state", "--ledger", str(ledger), "--at", "yesterday"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "ISO-8601" in bad.stderr
+
+
+def test_log_cat_shows_iso_on_a_live_ledger(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    with FileLedger.open(ledger) as writer:
+        writer.append([wrap(QueueConfigured(queue="q"), T0), wrap(QueueConfigured(queue="s"), 5)])
+    done = subprocess.run(
+        [GPULEDGER, "log", "cat", str(ledger)], capture_output=True, text=True, check=True
+    )
+    live, simulated = (json.loads(line) for line in done.stdout.splitlines())
+    assert live["at_iso"] == "2025-12-03T08:00:00.000Z" and live["at"] == T0
+    assert "at_iso" not in simulated
+    export = tmp_path / "x.jsonl"
+    subprocess.run([GPULEDGER, "log", "export", str(ledger), "--out", str(export)], check=True)
+    assert "at_iso" not in export.read_text()  # the export format stays as it was

@@ -1,0 +1,103 @@
+"""`project --follow` and the readers of its file in other processes: DuckDB lets one
+process write a file and no other open it meanwhile, so each side waits for the other's
+gap instead of failing (the console, `gpuledger serve`, avoids the contention entirely)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from events.codec import wrap
+from events.filelog import FileLedger
+from events.model import QueueConfigured
+
+pytestmark = pytest.mark.slow
+
+GPULEDGER = str(Path(sys.executable).parent / "gpuledger")
+HOLD = (
+    "import duckdb, sys, time; con = duckdb.connect(sys.argv[1], read_only={ro}); "
+    "print('held', flush=True); time.sleep(float(sys.argv[2])); con.close()"
+)
+
+
+def _hold(db: Path, seconds: float, read_only: bool) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(ro=read_only), str(db), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _ledger(path: Path, queues: range) -> None:
+    with FileLedger.open(path) as writer:
+        writer.append([wrap(QueueConfigured(queue=f"q{i}"), i) for i in queues])
+
+
+def test_follow_waits_for_a_reader_and_carries_on(tmp_path: Path) -> None:
+    ledger, db = tmp_path / "ledger", tmp_path / "h.duckdb"
+    _ledger(ledger, range(3))
+    subprocess.run([GPULEDGER, "project", "--ledger", str(ledger), "--db", str(db)], check=True)
+    follow = subprocess.Popen(
+        [GPULEDGER, "project", "--follow", str(ledger), "--db", str(db), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        reader = _hold(db, 2.0, read_only=True)  # a reader keeps the file open for 2 s
+        _ledger(ledger, range(3, 5))
+        reader.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        count = ""
+        while time.monotonic() < deadline:
+            done = subprocess.run(
+                [
+                    GPULEDGER,
+                    "sql",
+                    "--db",
+                    str(db),
+                    "--format",
+                    "csv",
+                    "SELECT count(*) FROM queues",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            count = done.stdout.splitlines()[-1] if done.returncode == 0 else done.stderr
+            if count == "5":
+                break
+            time.sleep(0.3)
+        assert count == "5"
+        assert follow.poll() is None, "the follower exited"
+    finally:
+        follow.terminate()
+        _, err = follow.communicate(timeout=30)
+    assert "Could not set lock" in err and "retrying" in err
+
+
+def test_sql_waits_for_a_writer_to_let_go(tmp_path: Path) -> None:
+    ledger, db = tmp_path / "ledger", tmp_path / "h.duckdb"
+    _ledger(ledger, range(2))
+    subprocess.run([GPULEDGER, "project", "--ledger", str(ledger), "--db", str(db)], check=True)
+    writer = _hold(db, 4.0, read_only=False)
+    held = time.monotonic()
+    done = subprocess.run(
+        [GPULEDGER, "sql", "--db", str(db), "--format", "csv", "SELECT count(*) FROM queues"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # No process can open the file while the writer holds it (4 s from "held"), so an
+    # answer means `sql` waited for it to let go.
+    assert time.monotonic() - held >= 3.5
+    writer.wait(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "2"
