@@ -221,7 +221,7 @@ def test_every_example_projects_the_figures_compare_reports(
 def test_an_imported_trace_projects_the_figures_compare_reports(tmp_path: Path) -> None:
     imported = import_trace("alibaba-openb", PODS, limit=400)
     ledger = MemoryLedger()
-    Simulation(import_nodes(NODES), imported.queues, imported.workload, "gpuledger", ledger).run()
+    Simulation(import_nodes(NODES), imported.queues(), imported.workload, "gpuledger", ledger).run()
     records = list(ledger.read(0))
     assert len({env.key for _, env in records if env.type == "job_submitted"}) > 300
     assert_projection_agrees(records, tmp_path)

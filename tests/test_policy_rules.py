@@ -320,15 +320,25 @@ def test_backfill_looks_past_jobs_that_do_not_fit_the_gap() -> None:
 
 
 def test_backfill_stops_looking_after_its_tries() -> None:
-    # Every job behind the blocked gang that finds no room in the gap is a try; after
+    # Every job behind the blocked gang tried in the gap and failing is a try; after
     # BACKFILL_TRIES of them the queue is done for the cycle (the cycle stays bounded).
-    wide = [job(f"wide{k}", "big", pods=2, gpus=8) for k in range(BACKFILL_TRIES)]
+    # Gangs asking for CPU are always tried (no memo judges them).
+    wide = [job(f"wide{k}", "big", pods=2, gpus=8, cpu=k + 1) for k in range(BACKFILL_TRIES)]
     w = backfill_world()
     got = w.at(10, *wide[:-1], job("filler", "big", gpus=8))
     assert allocated(got) == {"filler": {"filler-0": "n2"}}
     w = backfill_world()
     got = w.at(10, *wide, job("filler", "big", gpus=8))
     assert allocated(got) == {}
+
+
+def test_jobs_passed_over_because_a_no_smaller_one_failed_are_not_tries() -> None:
+    # Work conservation: hundreds of jobs of one shape that cannot fit the gap are judged
+    # by the first of them; the small job far behind still takes the gap.
+    wide = [job(f"wide{k}", "big", pods=2, gpus=8) for k in range(5 * BACKFILL_TRIES)]
+    w = backfill_world()
+    got = w.at(10, *wide, job("filler", "big", gpus=8))
+    assert allocated(got) == {"filler": {"filler-0": "n2"}}
 
 
 # --------------------------------------------------------------------------- 7. placement

@@ -47,7 +47,7 @@ def status(con: Any) -> dict[str, Any]:
 _QUEUES = """
 WITH shares AS (
   SELECT queue, deserved_gpus, fair_gpus FROM queue_shares
-  QUALIFY row_number() OVER (PARTITION BY queue ORDER BY minute DESC) = 1
+  QUALIFY row_number() OVER (PARTITION BY queue ORDER BY from_minute DESC) = 1
 ), held AS (
   SELECT queue, sum(gpu_milli) / 1000 AS allocated_gpus FROM allocations
   WHERE to_ms IS NULL GROUP BY queue

@@ -9,23 +9,25 @@ may use the gap; without, the queue waits behind it for the cycle.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import admission_reason, limited, queue_order
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import Statement, binpack_score, gang_shape, spread_score
+from scheduler.core.placement import Statement, binpack_score, spread_score
 from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
 from scheduler.core.running import held_gpu
 from scheduler.core.session import Emit, Session
-from scheduler.core.state import Job, Node, Queue, State
+from scheduler.core.state import PENDING, Job, Node, Queue, State
 from scheduler.core.victims import Victims, make_room, preemption
 
-FAILED_SHAPES = 32
-"""Most gang shapes remembered as failed per cycle (``Session.failed``)."""
+Tried = Literal["placed", "failed", "skipped"]
+"""What trying a job came to (``_try_job``)."""
 
 
 def allocate(state: State, emit: Emit) -> None:
@@ -47,19 +49,20 @@ def allocate(state: State, emit: Emit) -> None:
             note_reason(job, backoff_reason(job), emit)
             s.cursor[queue.name] = index + 1
             continue
-        head = queue.name not in s.blocked
+        head = queue.name not in s.blocked and job.job not in s.requeued
         reason = (
             admission_reason(state, queue, job, s.shares)
             if s.limited[queue.name] or not job.preemptible
             else None
         )
-        if reason is None and _try_job(s, queue, job, head=head):
+        tried = "failed" if reason is not None else _try_job(s, queue, job, head=head)
+        if tried == "placed":
             _placed(s, job)
             continue  # the job left pending; the same index is now the next job
         s.cursor[queue.name] = index + 1
         if head:
             _blocked(s, queue, job, reason)
-        else:
+        elif tried == "failed":
             missed(s, queue)  # behind a blocked head only plain placements into the gap
     for r in s.reservations:
         for node in r.nodes:
@@ -110,6 +113,26 @@ def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
     reserve(s, job)
 
 
+def _requeued(s: Session, victim: Job) -> None:
+    """A victim that went back to pending (where lost work is re-run) is tried again in
+    this cycle on free capacity: its queue's walk resumes from it, and a queue that had
+    nothing pending at the start of the cycle joins the walk. It makes no room for itself
+    in this cycle (no chain of reclaims within one cycle)."""
+    if victim.status != PENDING:
+        return
+    queue = s.state.queues.get(victim.queue)
+    if queue is None:
+        return
+    if all(q.name != queue.name for q in s.leaves):
+        s.leaves.append(queue)
+        s.limited[queue.name] = limited(s.state, queue.name)
+    s.requeued[victim.job] = None
+    index = bisect_left(queue.pending, victim.pending_key)
+    s.cursor[queue.name] = min(s.cursor.get(queue.name, 0), index)
+    s.done.pop(queue.name, None)
+    s.ranked = []
+
+
 def _score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
     strategy = job.placement or queue.placement or state.config.placement
     return spread_score if strategy == "spread" else binpack_score
@@ -125,17 +148,17 @@ class _Plan:
     moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
 
 
-def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> bool:
+def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     """Place one admitted job; a queue's head may also make room. The caller records why
     a job waits (one reason per cycle: a capacity wait, or the reservation made for it).
+    ``skipped``: a job asking no less already found no room on the same nodes this cycle,
+    so nothing was tried (``Session.failed``).
     """
     state = s.state
     allowed = blocked_nodes(state, job, s.reservations)
-    shape = gang_shape(job, allowed is not None)
-    if shape is not None and any(
-        shape[0] >= f[0] and shape[1] >= f[1] and shape[2] == f[2] for f in s.failed
-    ):
-        return False  # a gang no larger failed already: free capacity only shrank since
+    kept_off = tuple(allowed) if allowed else ()
+    if not head and not s.failed.may_fit(job, kept_off):
+        return "skipped"
     plan: _Plan | None = None
     with Statement(
         state.nodes, score=_score_for(state, queue, job), index=state.free_index()
@@ -144,14 +167,13 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> bool:
         if placements is not None:
             plan = _Plan(placements)
         else:
-            if shape is not None and len(s.failed) < FAILED_SHAPES:
-                s.failed.append(shape)
+            s.failed.add(job, kept_off)
             if head:
                 plan = _make_room(s, queue, job, stmt, allowed)
     if plan is None:
-        return False
+        return "failed"
     _commit(s, job, plan)
-    return True
+    return "placed"
 
 
 def _make_room(
@@ -177,6 +199,7 @@ def _commit(s: Session, job: Job, plan: _Plan) -> None:
         s.failed.clear()  # evictions free capacity: what failed before may fit now
     for victim, rule in plan.evicted:
         s.emit(preemption(victim, s.state.now, job, rule))
+        _requeued(s, victim)
     for moved, where in plan.moves:
         s.emit(PodsAllocated(job=moved.job, queue=moved.queue, placements=tuple(where)))
     s.emit(

@@ -447,3 +447,82 @@ class Statement:
 
 _ORDERED = (binpack_score, spread_score)
 """Scores the free-capacity index can walk in order (ascending or descending free GPUs)."""
+
+
+Vector = tuple[int, ...]
+
+
+class FailedShapes:
+    """Jobs that found no room in a cycle, remembered by what decides their fit, so a job
+    that asks no less cannot be tried again in vain.
+
+    Within a cycle free capacity only shrinks until something is evicted (then
+    ``clear``). So a job fails too when one that failed before asked no more of every
+    resource, with the same selector and tolerations and kept off the same nodes
+    (``blocked``: a hashable token of the nodes it must avoid). Two kinds of job are
+    remembered: a single pod, by its (GPU, CPU, memory) request; a plain gang asking only
+    for GPUs, by (largest pod, whole gang). Any other job (topology, GPU memory instead of
+    a fraction, a multi-pod gang asking for CPU or memory) is always tried. Per kind only
+    the smallest failures are kept, none covering another.
+    """
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed: dict[tuple[object, ...], list[Vector]] = {}
+
+    @staticmethod
+    def shape(job: Job, blocked: object) -> tuple[tuple[object, ...], Vector] | None:
+        """(kind, request vector) of a job this memo can judge, or None."""
+        if job.topology_key:
+            return None
+        pods = job.pods
+        if len(pods) == 1:
+            pod = pods[0]
+            if pod.gpu_memory_mib and not pod.gpu_milli:
+                return None  # its share of a device depends on the node
+            if pod.node_selector or pod.tolerations:
+                kind: tuple[object, ...] = (
+                    "pod",
+                    blocked,
+                    tuple(sorted(pod.node_selector.items())),
+                    pod.tolerations,
+                )
+            else:
+                kind = ("pod", blocked)
+            return kind, (pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
+        if job.min_members not in (0, len(pods)) or job.min_per_group:
+            return None  # elastic: its fit depends on which pods are required
+        shape = gang_shape(job, False)
+        if shape is None:
+            return None
+        return ("gang", blocked), (shape[0], shape[1])
+
+    def may_fit(self, job: Job, blocked: object = ()) -> bool:
+        """False if a job asking no more already failed (the job need not be tried)."""
+        found = self.shape(job, blocked)
+        if found is None:
+            return True
+        failed = self.failed.get(found[0])
+        if not failed:
+            return True
+        vector = found[1]
+        return not any(all(v >= f for v, f in zip(vector, seen, strict=True)) for seen in failed)
+
+    def add(self, job: Job, blocked: object = ()) -> None:
+        """Remember a job that found no room."""
+        found = self.shape(job, blocked)
+        if found is None:
+            return
+        kind, vector = found
+        kept = [
+            seen
+            for seen in self.failed.get(kind, ())
+            if not all(s >= v for s, v in zip(seen, vector, strict=True))
+        ]
+        kept.append(vector)
+        self.failed[kind] = kept
+
+    def clear(self) -> None:
+        """Forget every failure (capacity was freed)."""
+        self.failed.clear()

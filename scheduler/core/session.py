@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from events.model import Event
 from scheduler.core.fairshare import Shares
+from scheduler.core.placement import FailedShapes
 from scheduler.core.state import Queue, State
 
 if TYPE_CHECKING:
@@ -22,10 +23,6 @@ if TYPE_CHECKING:
 
 Emit = Callable[[Event], None]
 """Record a decision: appended to the cycle's decisions and applied to the state at once."""
-
-Shape = tuple[int, int, bool]
-"""(largest pod's milli-GPUs, gang's milli-GPUs, kept off reserved nodes): see
-``placement.gang_shape``."""
 
 
 @dataclass(slots=True)
@@ -46,9 +43,9 @@ class Session:
     planned: dict[tuple[object, ...], Reservation | None] = field(default_factory=dict)
     """Reservations of plain gangs by shape: the same shape on the same nodes reserves the
     same nodes at the same time, until a placement changes the nodes (then cleared)."""
-    failed: list[Shape] = field(default_factory=list)
-    """Gang shapes that found no room: free capacity only shrinks between evictions, so a
-    gang at least as large in every way fails too (cleared when victims are evicted)."""
+    failed: FailedShapes = field(default_factory=FailedShapes)
+    """Jobs that found no room, by shape: free capacity only shrinks between evictions, so
+    a job asking no less fails too (cleared when victims are evicted)."""
     ranked: list[Queue] = field(default_factory=list)
     """The queues in order (``admission.queue_order``); emptied when a placement changes
     the order keys, and ranked again."""
@@ -60,5 +57,7 @@ class Session:
     """Queues whose head could not start: behind it only backfill into the gap is tried."""
     misses: dict[str, int] = field(default_factory=dict)
     """Per blocked queue, failed backfill attempts (``backfill.BACKFILL_TRIES``)."""
+    requeued: dict[str, None] = field(default_factory=dict)
+    """Victims of this cycle sent back to pending: tried again, but make no room."""
     done: dict[str, None] = field(default_factory=dict)
     """Queues with nothing more to try this cycle."""
