@@ -231,6 +231,13 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     are released, a gang left below its minimum is ended with ``JobTerminated`` and its
     surviving pods evicted, and a preempted job ends instead of waiting again (its evicted
     pods are gone; a controller re-creating them makes a new submission)."""
+    lost_work_ratio_milli: int = 0
+    """Preemption that pays for itself: the victims a job evicts by ``reclaim`` or
+    ``backfill`` may lose, together, at most this ratio (x1000) of the GPU time the job has
+    waited (its GPUs x the time since it was submitted). 0: no bound."""
+    reclaim_hysteresis_ms: int = 0
+    """A job that started by reclaiming is not reclaimed itself for this long after it was
+    placed, so two queues do not take the same GPUs back and forth. 0: no hysteresis."""
 
 
 # --------------------------------------------------------------------------- decisions

@@ -278,6 +278,12 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     k_value: Milli = 1.0
     bind_backoff_s: Seconds = 10
     bind_backoff_max_s: Seconds = 600
+    lost_work_ratio: Milli = 0.1
+    """Backfill evictions, and reclaim by a queue going beyond its deserved quota, may lose
+    at most this ratio of the GPU time the preemptor has waited; 0: no bound
+    (docs/policy.md §5)."""
+    reclaim_hysteresis_s: Seconds = 3600
+    """A job that started by reclaiming is not reclaimed back for this long; 0: off."""
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
@@ -301,6 +307,8 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
         k_value_milli=round(k.k_value * 1000),
         bind_backoff_ms=round(k.bind_backoff_s * 1000),
         bind_backoff_max_ms=round(k.bind_backoff_max_s * 1000),
+        lost_work_ratio_milli=round(k.lost_work_ratio * 1000),
+        reclaim_hysteresis_ms=round(k.reclaim_hysteresis_s * 1000),
     )
 
 

@@ -15,6 +15,7 @@ from events.model import (
 from scheduler.core import fair_shares
 from scheduler.core.backfill import BACKFILL_TRIES
 from scheduler.core.fairshare import decay
+from scheduler.core.victims import recently_reclaimed
 from tests.builders import World, job, node, queue
 from tests.test_policy import allocated, reasons
 
@@ -296,6 +297,32 @@ def test_a_preemptible_backfilled_job_gives_way_when_the_reservation_starts() ->
     got = w.finish(1001, "long")
     assert preempted(got) == [("filler", "backfill", "gang")]
     assert sorted(allocated(got)["gang"].values()) == ["n1", "n2"]
+
+
+def test_a_backfilled_job_gives_way_only_if_its_lost_work_is_small_beside_the_wait() -> None:
+    # Preemption that pays for itself: at t=1001 the gang (16 GPUs, waiting since t=2) may
+    # throw away at most ratio x 16 GPUs x 999 s of work; the filler has run 8 GPUs x 990 s.
+    for ratio_milli, gives_way in ((100, False), (1000, True)):
+        w = backfill_world(lost_work_ratio_milli=ratio_milli)
+        w.at(10, job("filler", "big", gpus=8))
+        w.start(11, "filler")
+        got = w.finish(1001, "long")
+        assert (preempted(got) == [("filler", "backfill", "gang")]) is gives_way, ratio_milli
+        assert ("gang" in allocated(got)) is gives_way
+
+
+def test_a_job_that_started_by_reclaim_is_not_reclaimed_back_within_the_hysteresis() -> None:
+    w = World(node("n1", gpus=4), queue("a", deserved=2), queue("b", deserved=2),
+              reclaim_hysteresis_ms=600_000)  # fmt: skip
+    w.at(0, *(job(f"b{k}", "b", gpus=1) for k in range(4)))
+    for k in range(4):
+        w.start(1, f"b{k}")
+    got = w.at(10, job("a1", "a", gpus=2))  # a takes its deserved quota back from b
+    assert [rule for _, rule, _ in preempted(got)] == ["reclaim", "reclaim"]
+    assert w.state.jobs["a1"].reclaimed_at == 10_000
+    assert recently_reclaimed(w.state, w.state.jobs["a1"])
+    w.at(610)
+    assert not recently_reclaimed(w.state, w.state.jobs["a1"])
 
 
 def test_without_backfill_a_queue_waits_behind_its_blocked_head() -> None:

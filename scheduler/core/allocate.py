@@ -163,7 +163,13 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     with Statement(
         state.nodes, score=_score_for(state, queue, job), index=state.free_index()
     ) as stmt:
-        placements = stmt.place_gang(job, skip=allowed)
+        placements = None
+        if allowed is None and s.reserved_nodes:
+            # A job that may use reserved nodes (it gives way when the reservation starts)
+            # goes elsewhere if it can: every job backfilled there is work lost later.
+            placements = stmt.place_gang(job, skip=s.reserved_nodes)
+        if placements is None:
+            placements = stmt.place_gang(job, skip=allowed)
         if placements is not None:
             plan = _Plan(placements)
         else:

@@ -105,7 +105,11 @@ def _on_pods_allocated(state: State, event: PodsAllocated, at: int) -> None:
         _reindex(state, job)
 
 
-def _on_job_preempted(state: State, event: JobPreempted, _at: int) -> None:
+def _on_job_preempted(state: State, event: JobPreempted, at: int) -> None:
+    if event.rule == "reclaim":
+        preemptor = state.jobs.get(event.preemptor)
+        if preemptor is not None:
+            preemptor.reclaimed_at = at
     job = state.jobs.get(event.job)
     if job is not None and job.status in ACTIVE:
         _release(state, job)
@@ -366,6 +370,7 @@ def _uncount(job: Job, spec: PodSpec, placement: PodPlacement, chain: list[Queue
 def _requeue(state: State, job: Job) -> None:
     job.status = PENDING
     job.attempt += 1
+    job.reclaimed_at = None
     state.add_pending(job)
     state.dirty = True
 

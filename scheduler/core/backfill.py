@@ -98,6 +98,7 @@ def reserve(s: Session, job: Job) -> None:
         note_reason(job, capacity_reason(state, job), s.emit)
         return
     s.reservations.append(reservation)
+    s.reserved_nodes.update(reservation.nodes)
     note_reason(job, reservation_reason(state, len(reservation.nodes), reservation.start), s.emit)
 
 

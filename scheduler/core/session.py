@@ -40,6 +40,8 @@ class Session:
     """Per leaf in ``leaves``: whether it or an ancestor has a limit (``admission.limited``)."""
     reservations: list[Reservation] = field(default_factory=list)
     """Nodes held for blocked queue heads, in the order they were made (backfill)."""
+    reserved_nodes: dict[str, None] = field(default_factory=dict)
+    """Every node some reservation of this cycle holds (``backfill.reserve`` adds them)."""
     planned: dict[tuple[object, ...], Reservation | None] = field(default_factory=dict)
     """Reservations of plain gangs by shape: the same shape on the same nodes reserves the
     same nodes at the same time, until a placement changes the nodes (then cleared)."""

@@ -167,6 +167,8 @@ class Job:
     placement: str = ""
     allocated_at: int | None = None
     """When the current attempt's gang was allocated."""
+    reclaimed_at: int | None = None
+    """When the current attempt started by reclaiming from other queues (None: it did not)."""
     bind_failures: int = 0
     backoff_until: int = 0
     """No placement before this time (after failed binds)."""

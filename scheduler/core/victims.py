@@ -89,6 +89,38 @@ def protected(victim: Job, now: int, floor: int) -> bool:
     return floor > 0 and now - began < floor
 
 
+def recently_reclaimed(state: State, victim: Job) -> bool:
+    """Hysteresis: the victim started by reclaiming less than ``reclaim_hysteresis_ms``
+    ago, so reclaim may not take it back yet."""
+    window = state.config.reclaim_hysteresis_ms
+    return (
+        window > 0 and victim.reclaimed_at is not None and state.now - victim.reclaimed_at < window
+    )
+
+
+def lost_work_budget(state: State, job: Job) -> int:
+    """The most GPU-ms of work the victims of ``job``'s reclaim or backfill eviction may
+    lose together: ``lost_work_ratio_milli`` of the GPU time it has waited (NEVER: no
+    bound). A job that just arrived may take only what costs nothing (jobs not yet running,
+    or checkpointed); one that has waited long may take more."""
+    ratio = state.config.lost_work_ratio_milli
+    if ratio <= 0:
+        return NEVER
+    waited = max(0, state.now - job.submitted_at)
+    return waited * job.request[0] // 1000 * ratio // 1000
+
+
+def _budgeted(s: Session, queue: Queue, job: Job, rule: str) -> bool:
+    """Whether ``lost_work_budget`` bounds this eviction: backfill always; reclaim unless
+    the job's queue stays within its deserved quota (quota is a guarantee, taken back at
+    once, as KAI-Scheduler's); preempt never (strictly higher priority is a promise)."""
+    if rule == "backfill":
+        return True
+    if rule != "reclaim":
+        return False
+    return queue.allocated[0] + job.request[0] > s.shares.deserved[queue.name][0]
+
+
 def may_take(state: State, victim: Job, rule: str) -> bool:
     """An active victim that ``rule`` may evict now."""
     if victim.status not in ACTIVE:
@@ -221,6 +253,7 @@ def _take_in_order(s: Session, levels_of: dict[str, list[tuple[str, int]]]) -> l
         if (
             victim.status in ACTIVE
             and not protected(victim, now, floor)
+            and not recently_reclaimed(state, victim)
             and _within(levels, taken, held)
         ):
             for name, _ in levels:
@@ -395,13 +428,21 @@ def make_room(
         if not rule.enabled(state.config):
             continue
         candidates = rule.candidates(s, queue, job)
+        budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
+        if budget < NEVER:
+            candidates = [v for v in candidates if lost_work(v, state.now)[0] <= budget]
         if not candidates or not room.could_fit(candidates):
             continue  # even with every candidate evicted the gang could not fit
+        point = stmt.checkpoint()
         found = room.evict_until_fits(candidates)
-        if found is not None:
-            placements, chosen = found
-            kept = _needed_victims(state, chosen, placements)
-            return placements, [(v, rule.name) for v in kept]
+        if found is None:
+            continue
+        placements, chosen = found
+        kept = _needed_victims(state, chosen, placements)
+        if budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget:
+            stmt.rollback(point)  # the start would cost more work than the job has waited
+            continue
+        return placements, [(v, rule.name) for v in kept]
     return None, []
 
 
