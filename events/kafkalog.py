@@ -453,6 +453,10 @@ class KafkaSettings:
         """One transactional id per domain: a new owner fences the previous one."""
         return f"{self.prefix}.scheduler.{domain}"
 
+    def snapshot_transactional_id(self, domain: str) -> str:
+        """The transactional id of the domain's snapshot writer, fenced like the ledger's."""
+        return f"{self.transactional_id(domain)}.snapshots"
+
 
 # --------------------------------------------------------------------------- the event loop
 
@@ -585,8 +589,11 @@ def new_producer(
     transactional_id: str | None = None,
     *,
     security: KafkaSecurity | None = None,
+    compression: str | None = COMPRESSION,
 ) -> AIOKafkaProducer:
-    """An idempotent producer (transactional when given an id) that batches and compresses.
+    """An idempotent producer (transactional when given an id) that batches and compresses
+    (``compression=None``: it does not, for large records that must not hold up the event
+    loop while they are compressed).
 
     Start it with ``start_client`` for a clear error when the broker refuses it."""
     return AIOKafkaProducer(
@@ -594,7 +601,7 @@ def new_producer(
         **_security(security).client_kwargs(),
         enable_idempotence=True,
         transactional_id=transactional_id,
-        compression_type=COMPRESSION,
+        compression_type=compression,
         linger_ms=2,
         max_batch_size=1024 * 1024,
         # Short, so that a killed scheduler's open transaction is aborted by the broker

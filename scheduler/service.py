@@ -7,8 +7,19 @@ loop with aiokafka's transactional producer; faust-streaming was tried first and
 1. decodes and validates each record; a refused one becomes a dead letter,
 2. applies the accepted ones and runs one ``cycle`` (the engine's order),
 3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
-   domain's ledger partition, the dead letters, a snapshot every ``snapshot_every``
-   records, and commits the intake offset (``send_offsets_to_transaction``).
+   domain's ledger partition and the dead letters, and, at most every
+   ``offsets_every_ms``, commits the intake offset to the group
+   (``send_offsets_to_transaction``: for lag tools only, see below);
+4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
+   the state and writes it as a snapshot in a transaction of its own, from a second
+   producer and off the loop's path (``_write_snapshot``).
+
+A snapshot is consistent with the ledger offset it records because it is encoded between
+two micro-batches, right after the commit of the records it covers: it is committed
+provably after them, never ahead of the ledger. The snapshot writer's transactional id is
+fixed per domain too, so a new owner fences a previous owner's snapshot writer (and aborts
+its open snapshot transaction) before it reads the snapshots. A snapshot that fails to
+land costs only a longer ledger tail at the next restore.
 
 Exactly once across crashes does not rest on the group's committed offset: aiokafka cannot
 ask for a *stable* committed offset (KIP-447's ``require_stable``), so right after a crash
@@ -241,6 +252,11 @@ class ServiceConfig:
     """Address the Prometheus endpoint listens on (``0.0.0.0`` inside a container)."""
     max_skew_ms: int = 60_000
     """An intake record stamped further ahead of the scheduler's clock is dead-lettered."""
+    offsets_every_ms: int = 1000
+    """Commit the intake position to the consumer group in at most one transaction per this
+    many ms. Two of a transaction's broker round trips go to it, and nothing of the service
+    reads it back (a new owner takes its position from the ledger's ``intake-next``
+    header): it is there for lag tools, to which it may lag by this much."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -277,6 +293,11 @@ class SchedulerService:
         self.records = 0
         self._consumer: Any = None
         self._producer: Any = None
+        self._snap_producer: Any = None
+        """Writes snapshots, in transactions of their own (see the module docstring)."""
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._offsets_at = 0.0
+        """``time.monotonic()`` of the last transaction that committed the group offset."""
         self._txn_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the revocation check."""
         self.fenced: Fenced | None = None
@@ -327,6 +348,7 @@ class SchedulerService:
                     await self._take_over()
                 await self._step()
         finally:
+            await self._stop_snapshots()
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
             if self._producer is not None:
@@ -343,11 +365,22 @@ class SchedulerService:
         self._producer = new_producer(
             s.bootstrap, s.transactional_id(cfg.domain), security=s.security
         )
-        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # snapshots
-        # init_transactions: fences and aborts a zombie
+        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # a large micro-batch
+        # Uncompressed: gzip of a 10 MB snapshot would hold the loop for a few 100 ms.
+        self._snap_producer = new_producer(
+            s.bootstrap,
+            s.snapshot_transactional_id(cfg.domain),
+            security=s.security,
+            compression=None,
+        )
+        self._snap_producer._max_request_size = SNAPSHOT_MAX_BYTES
+        # init_transactions: fences and aborts a zombie's ledger and snapshot transactions,
+        # before the restore reads what they wrote.
         await start_client(self._producer, s.bootstrap, s.security)
+        await start_client(self._snap_producer, s.bootstrap, s.security)
         self.state, self.ledger_next, self.intake_next, self.records = await self.restore()
         self.records_since_snapshot = 0
+        self._offsets_at = 0.0
         self._consumer.seek(self.tp, self.intake_next)
         self.active = True
         log.warning(
@@ -426,11 +459,24 @@ class SchedulerService:
 
     async def _step_down(self) -> None:
         self.active = False
+        await self._stop_snapshots()
         async with self._txn_lock:
             if self._producer is not None:
                 with contextlib.suppress(Exception):
                     await self._producer.stop()
                 self._producer = None
+
+    async def _stop_snapshots(self) -> None:
+        """Abandon a snapshot in flight (its transaction aborts) and stop its producer."""
+        task, self._snapshot_task = self._snapshot_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        producer, self._snap_producer = self._snap_producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
     async def _step(self) -> None:
         cfg = self.config
@@ -473,7 +519,10 @@ class SchedulerService:
         state = self.state
         intake_next = msgs[-1].offset + 1
         await self._commit(ledger, dead, intake_next)
+        if not self.active:
+            return  # the transaction failed and the service stood down to restore
         self.intake_next = intake_next
+        self._maybe_snapshot()
         self.metrics.accepted += result.accepted
         self.metrics.transactions += 1
         for dl in dead:
@@ -530,25 +579,12 @@ class SchedulerService:
                         self.ledger_next = int(last_md.offset) + 1
                         self.records += len(ledger)
                         self.records_since_snapshot += len(ledger)
-                    if self.records_since_snapshot >= self.config.snapshot_every:
-                        # In the same transaction as the records it covers, so a snapshot
-                        # never runs ahead of (or behind) the ledger it describes.
-                        await producer.send(
-                            s.snapshots,
-                            encode_snapshot(
-                                self.config.domain,
-                                self.state,
-                                self.ledger_next,
-                                intake_next,
-                                self.records,
-                            ),
-                            key=domain,
-                            partition=self.partition,
+                    now = time.monotonic()
+                    if now - self._offsets_at >= self.config.offsets_every_ms / 1000:
+                        await producer.send_offsets_to_transaction(
+                            {self.tp: intake_next}, s.transactional_id(self.config.domain)
                         )
-                        self.records_since_snapshot = 0
-                    await producer.send_offsets_to_transaction(
-                        {self.tp: intake_next}, s.transactional_id(self.config.domain)
-                    )
+                        self._offsets_at = now
         except ProducerFenced as exc:
             self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
             raise self.fenced from exc
@@ -561,6 +597,64 @@ class SchedulerService:
                 raise self.fenced from exc
             self.active = False
             await self._step_down()
+
+    def _maybe_snapshot(self) -> None:
+        """Start writing a snapshot if ``snapshot_every`` records have been committed since
+        the last one and none is in flight.
+
+        Called right after a commit and before the next micro-batch is applied, so the
+        state encoded here is exactly the committed ledger's up to ``ledger_next``; the
+        bytes are taken now and sent by a task, while the loop goes on scheduling."""
+        if self.records_since_snapshot < self.config.snapshot_every:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return  # the previous one is still being written: try after the next batch
+        started = time.perf_counter()
+        data = encode_snapshot(
+            self.config.domain, self.state, self.ledger_next, self.intake_next, self.records
+        )
+        self.records_since_snapshot = 0
+        log.info(
+            "snapshot at ledger %d: %d bytes encoded in %.1f ms",
+            self.ledger_next,
+            len(data),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(data, self.ledger_next))
+
+    async def _write_snapshot(self, data: bytes, ledger_next: int) -> None:
+        """One transaction holding one snapshot; a failure is logged and retried after the
+        next micro-batch (fenced: this instance stops, as for the ledger)."""
+        producer = self._snap_producer
+        if producer is None:
+            return
+        s = self.config.settings
+        started = time.perf_counter()
+        try:
+            async with producer.transaction():
+                await (
+                    await producer.send(
+                        s.snapshots,
+                        data,
+                        key=self.config.domain.encode(),
+                        partition=self.partition,
+                    )
+                )
+        except ProducerFenced:
+            self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
+            return
+        except KafkaError as exc:
+            if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
+                self.fenced = Fenced(str(exc))
+                return
+            log.warning("snapshot at ledger %d not written (%s); trying again", ledger_next, exc)
+            self.records_since_snapshot = self.config.snapshot_every
+            return
+        log.info(
+            "snapshot at ledger %d committed in %.0f ms",
+            ledger_next,
+            (time.perf_counter() - started) * 1000,
+        )
 
     async def _serve_metrics(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
