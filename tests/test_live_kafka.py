@@ -367,7 +367,9 @@ def test_sigkill_at_random_moments_exactly_once(
     loader.start()
     kills = 0
     try:
-        while kills < 10:
+        # Ten kills at least, and on until the loader has sent 1,000 events: on a loaded
+        # machine its ~150 events/s can fall to 20-30, and ten kills end before that.
+        while (kills < 10 or sum(sent) <= 1000) and kills < 40:
             time.sleep(rng.uniform(0.5, 3.0))
             svc.kill(signal.SIGKILL)
             svc.proc.wait(10)
@@ -377,7 +379,7 @@ def test_sigkill_at_random_moments_exactly_once(
         stop.set()
         loader.join(10)
     wait_for(lambda: caught_up(s), 60, "the last instance to catch up")
-    assert kills == 10 and sum(sent) > 1000
+    assert kills >= 10 and sum(sent) > 1000
     snapshots = read_all(s, s.snapshots)
     assert snapshots, "snapshots were taken (and restarts used them)"
     assert_exactly_once_and_replays(s)
