@@ -825,6 +825,9 @@ class KafkaReader:
     ) -> Iterator[tuple[int, Envelope]]:
         """Yield records from ``start`` on as they are committed.
 
+        The consumer keeps its position between polls and each poll is a fetch that the
+        broker holds open for up to ``poll_s`` until a transaction commits, so a record
+        arrives one fetch after its commit (no end-offset request or seek per poll).
         Returns when ``stop()`` is true (checked between polls) or after ``idle_timeout_s``
         seconds without a new record; otherwise follows forever.
         """
@@ -833,15 +836,29 @@ class KafkaReader:
         while True:
             if stop is not None and stop():
                 return
-            end = self.end_offset()
-            if end > position:
-                yield from self.read(position, end)
-                position = end
+            batch, position = run_sync(self._poll(position, poll_s))
+            if batch:
+                for m in batch:
+                    yield m.offset, decode_envelope(m.value or b"", m.offset)
                 idle_since = time.monotonic()
                 continue
             if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 return
-            time.sleep(poll_s)
+
+    async def _poll(
+        self, position: int, wait_s: float
+    ) -> tuple[list[ConsumerRecord[bytes, bytes]], int]:
+        """Committed records from ``position`` (waiting up to ``wait_s`` for one) and the
+        position after them, past any transaction marker."""
+        consumer = self._consumer
+        assert consumer is not None
+        if await consumer.position(self._tp) != position:
+            consumer.seek(self._tp, position)  # a read() in between moved the consumer
+        got = await consumer.getmany(
+            self._tp, timeout_ms=max(round(wait_s * 1000), 1), max_records=20_000
+        )
+        batch = [m for m in got.get(self._tp, ()) if m.offset >= position]
+        return batch, int(await consumer.position(self._tp))
 
     def close(self) -> None:
         """Stop the consumer (idempotent)."""
