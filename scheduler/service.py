@@ -43,13 +43,21 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from events.codec import (
     DecodeError,
@@ -125,6 +133,7 @@ _READY_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86
 class _Histogram:
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)
+    """Cumulative: ``counts[i]`` observations were ``<= buckets[i]``."""
     total: float = 0.0
     n: int = 0
 
@@ -137,23 +146,16 @@ class _Histogram:
         self.total += value
         self.n += 1
 
-    def lines(self, name: str, labels: str = "") -> list[str]:
+    def add_to(self, family: HistogramMetricFamily, labels: Sequence[str]) -> None:
+        """Add this histogram to ``family`` as the series of ``labels``."""
         counts = self.counts or [0] * len(self.buckets)
-        sep = "," if labels else ""
-        out = [
-            f'{name}_bucket{{{labels}{sep}le="{b:g}"}} {c}'
-            for b, c in zip(self.buckets, counts, strict=True)
-        ]
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
-        suffix = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_sum{suffix} {self.total:.6f}")
-        out.append(f"{name}_count{suffix} {self.n}")
-        return out
+        buckets = [(f"{b:g}", float(c)) for b, c in zip(self.buckets, counts, strict=True)]
+        family.add_metric(labels, [*buckets, ("+Inf", float(self.n))], self.total)
 
 
 @dataclass
 class Metrics:
-    """What the scheduler exposes in Prometheus text format (hand-written exposition)."""
+    """What the scheduler exposes to Prometheus (through ``prometheus_client``)."""
 
     cycle_seconds: _Histogram = field(default_factory=lambda: _Histogram(_BUCKETS_S))
     time_to_ready: dict[str, _Histogram] = field(default_factory=dict)
@@ -180,55 +182,104 @@ class Metrics:
         shares = fair_shares(state)
         self.fair_share_gpu_milli = {q: row[0] for q, row in shares.fair.items()}
 
-    def render(self, state: State, domain: str) -> str:
-        """The exposition text."""
-        d = f'domain="{domain}"'
-        lines = [
-            "# TYPE gpuledger_cycle_seconds histogram",
-            *self.cycle_seconds.lines("gpuledger_cycle_seconds", d),
-            "# TYPE gpuledger_decisions_total counter",
-        ]
-        lines += [
-            f'gpuledger_decisions_total{{{d},type="{t}"}} {n}'
-            for t, n in sorted(self.decisions.items())
-        ]
-        lines.append("# TYPE gpuledger_dead_letters_total counter")
-        lines += [
-            f'gpuledger_dead_letters_total{{{d},kind="{k}"}} {n}'
-            for k, n in sorted(self.dead_letters.items())
-        ]
-        lines += [
-            "# TYPE gpuledger_intake_lag gauge",
-            f"gpuledger_intake_lag{{{d}}} {self.intake_lag}",
-            "# TYPE gpuledger_intake_accepted_total counter",
-            f"gpuledger_intake_accepted_total{{{d}}} {self.accepted}",
-            "# TYPE gpuledger_core_jobs gauge",
-            f'gpuledger_core_jobs{{{d},held="whole"}} {len(state.jobs)}',
-            f'gpuledger_core_jobs{{{d},held="ended_id"}} {len(state.ended)}',
-            "# TYPE gpuledger_pending_jobs gauge",
-        ]
+    def families(self, state: State, domain: str) -> list[Metric]:
+        """The metric families of one scrape: these counters and the state's gauges."""
+        d = [domain]
+        cycle = HistogramMetricFamily(
+            "gpuledger_cycle_seconds",
+            "Micro-batch time: decode, validate, apply, cycle and commit.",
+            labels=["domain"],
+        )
+        self.cycle_seconds.add_to(cycle, d)
+        decisions = CounterMetricFamily(
+            "gpuledger_decisions_total",
+            "Decisions recorded, by event type.",
+            labels=["domain", "type"],
+        )
+        for t, n in sorted(self.decisions.items()):
+            decisions.add_metric([domain, t], n)
+        dead = CounterMetricFamily(
+            "gpuledger_dead_letters_total",
+            "Intake records refused into the dead-letter topic, by kind.",
+            labels=["domain", "kind"],
+        )
+        for k, n in sorted(self.dead_letters.items()):
+            dead.add_metric([domain, k], n)
+        lag = GaugeMetricFamily(
+            "gpuledger_intake_lag", "Intake records not yet in the ledger.", labels=["domain"]
+        )
+        lag.add_metric(d, self.intake_lag)
+        accepted = CounterMetricFamily(
+            "gpuledger_intake_accepted_total", "Intake records accepted.", labels=["domain"]
+        )
+        accepted.add_metric(d, self.accepted)
+        jobs = GaugeMetricFamily(
+            "gpuledger_core_jobs",
+            "Jobs the core holds whole, and ended jobs it holds only the id of.",
+            labels=["domain", "held"],
+        )
+        jobs.add_metric([domain, "whole"], len(state.jobs))
+        jobs.add_metric([domain, "ended_id"], len(state.ended))
+        pending = GaugeMetricFamily(
+            "gpuledger_pending_jobs", "Jobs waiting, per leaf queue.", labels=["domain", "queue"]
+        )
+        allocated = GaugeMetricFamily(
+            "gpuledger_allocated_gpus", "GPUs allocated, per queue.", labels=["domain", "queue"]
+        )
         for name in sorted(state.queues):
             q = state.queues[name]
             if not q.children:
-                lines.append(f'gpuledger_pending_jobs{{{d},queue="{name}"}} {len(q.pending)}')
-        lines.append("# TYPE gpuledger_queue_fair_share_gpus gauge")
+                pending.add_metric([domain, name], len(q.pending))
+            allocated.add_metric([domain, name], q.allocated[0] / 1000)
+        share = GaugeMetricFamily(
+            "gpuledger_queue_fair_share_gpus",
+            "GPU fair share of the last cycle, per queue.",
+            labels=["domain", "queue"],
+        )
         for name in sorted(self.fair_share_gpu_milli):
-            share = self.fair_share_gpu_milli[name] / 1000
-            lines.append(f'gpuledger_queue_fair_share_gpus{{{d},queue="{name}"}} {share:g}')
-        lines.append("# TYPE gpuledger_allocated_gpus gauge")
-        for name in sorted(state.queues):
-            q = state.queues[name]
-            lines.append(
-                f'gpuledger_allocated_gpus{{{d},queue="{name}"}} {q.allocated[0] / 1000:g}'
-            )
-        total = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values())
-        lines.append(f"gpuledger_allocated_gpus_total{{{d}}} {total / 1000:g}")
-        lines.append("# TYPE gpuledger_time_to_ready_seconds histogram")
+            share.add_metric([domain, name], self.fair_share_gpu_milli[name] / 1000)
+        total = GaugeMetricFamily(
+            "gpuledger_allocated_gpus_total", "GPUs allocated in all.", labels=["domain"]
+        )
+        total.add_metric(
+            d, sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) / 1000
+        )
+        ready = HistogramMetricFamily(
+            "gpuledger_time_to_ready_seconds",
+            "Submission to allocation of the jobs allocated, per queue.",
+            labels=["domain", "queue"],
+        )
         for queue in sorted(self.time_to_ready):
-            lines += self.time_to_ready[queue].lines(
-                "gpuledger_time_to_ready_seconds", f'{d},queue="{queue}"'
-            )
-        return "\n".join(lines) + "\n"
+            self.time_to_ready[queue].add_to(ready, [domain, queue])
+        return [
+            cycle,
+            decisions,
+            dead,
+            lag,
+            accepted,
+            jobs,
+            pending,
+            share,
+            allocated,
+            total,
+            ready,
+        ]
+
+    def render(self, state: State, domain: str) -> str:
+        """The exposition text (Prometheus text format 0.0.4, label values escaped)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(lambda: self.families(state, domain)))
+        return generate_latest(registry).decode()
+
+
+class _Families(Collector):
+    """A collector that yields what ``produce`` returns at each scrape."""
+
+    def __init__(self, produce: Callable[[], list[Metric]]) -> None:
+        self.produce = produce
+
+    def collect(self) -> Iterable[Metric]:
+        return self.produce()
 
 
 # --------------------------------------------------------------------------- the service
@@ -661,10 +712,12 @@ class SchedulerService:
     ) -> None:
         try:
             await reader.readline()
+            # Rendered here, on the loop that changes the state, so a scrape sees one
+            # consistent state (prometheus_client's own server would read it from a thread).
             body = self.metrics.render(self.state, self.config.domain).encode()
             writer.write(
-                b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
             await writer.drain()
