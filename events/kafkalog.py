@@ -836,7 +836,7 @@ class KafkaReader:
         while True:
             if stop is not None and stop():
                 return
-            batch, position = run_sync(self._poll(position, poll_s))
+            batch, position = run_sync(self._fetch_from(position, poll_s))
             if batch:
                 for m in batch:
                     yield m.offset, decode_envelope(m.value or b"", m.offset)
@@ -845,7 +845,7 @@ class KafkaReader:
             if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 return
 
-    async def _poll(
+    async def _fetch_from(
         self, position: int, wait_s: float
     ) -> tuple[list[ConsumerRecord[bytes, bytes]], int]:
         """Committed records from ``position`` (waiting up to ``wait_s`` for one) and the

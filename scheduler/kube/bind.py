@@ -67,6 +67,7 @@ from events.model import (
 )
 from scheduler.kube import mapping as m
 from scheduler.kube.client import emit_event, error_text, is_transient, raw
+from scheduler.kube.retry import Backoff, retry
 from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink
 
 log = logging.getLogger(__name__)
@@ -141,20 +142,23 @@ class Binder:
     # ------------------------------------------------------------------ API calls
 
     def _retry(self, what: str, call: Callable[[], Event]) -> Event | str:
-        """Run ``call`` with bounded back-off on transient errors; the last error as text."""
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(self.attempts):
-            try:
-                return call()
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                last = error_text(exc)
-                log.warning("%s: transient error (attempt %d): %s", what, attempt + 1, last)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        return f"gave up after {self.attempts} attempts: {last[:200]}"
+        """``call`` through the adapters' ``retry``; an error that stays transient, or any
+        API error, as text for the ledger (other errors are raised)."""
+        try:
+            return retry(
+                call,
+                what=what,
+                attempts=self.attempts,
+                transient=is_transient,
+                backoff=Backoff(self.backoff_s, 5.0),
+                describe=error_text,
+            )
+        except Exception as exc:
+            if is_transient(exc):
+                return f"gave up after {self.attempts} attempts: {error_text(exc)[:200]}"
+            if isinstance(exc, ApiException):
+                return f"api error {error_text(exc)}"
+            raise
 
     def bind(self, job: str, p: PodPlacement) -> Event:
         """Bind one pod; PodBound or BindFailed.
@@ -220,10 +224,7 @@ class Binder:
             )
             return PodBound(job=job, pod=p.pod, node=p.node)
 
-        try:
-            result = self._retry(f"bind {ns}/{p.pod}", attempt)
-        except ApiException as exc:
-            return failed(f"api error {exc.status}: {exc.reason}")
+        result = self._retry(f"bind {ns}/{p.pod}", attempt)
         return failed(result) if isinstance(result, str) else result
 
     def evict(self, job: str, pod: str, node: str) -> Event:
@@ -254,10 +255,7 @@ class Binder:
                     raise
             return PodEvicted(job=job, pod=pod, node=node)
 
-        try:
-            result = self._retry(f"evict {ns}/{pod}", attempt)
-        except ApiException as exc:
-            result = f"api error {error_text(exc)}"
+        result = self._retry(f"evict {ns}/{pod}", attempt)
         if isinstance(result, str):
             # The pod keeps running: the ledger holds its slots again (EvictionFailed) and
             # the eviction is retried with back-off until it succeeds or the pod is gone.
