@@ -66,7 +66,7 @@ from events.model import (
     PodsAllocated,
 )
 from scheduler.kube import mapping as m
-from scheduler.kube.client import emit_event, error_text, is_transient, raw
+from scheduler.kube.client import emit_event, error_text, is_transient, raw, send
 from scheduler.kube.retry import Backoff, retry
 from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink
 
@@ -188,7 +188,7 @@ class Binder:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
             }
             try:
-                self.core.create_namespaced_pod_binding(p.pod, ns, body, _preload_content=False)
+                send(self.core.create_namespaced_pod_binding, p.pod, ns, body)
             except ApiException as exc:
                 if exc.status == 404:
                     return failed("pod gone")
@@ -245,11 +245,9 @@ class Binder:
         def attempt() -> Event:
             try:
                 if orphaned:
-                    self.core.delete_namespaced_pod(
-                        pod, ns, grace_period_seconds=0, _preload_content=False
-                    )
+                    send(self.core.delete_namespaced_pod, pod, ns, grace_period_seconds=0)
                 else:
-                    self.core.create_namespaced_pod_eviction(pod, ns, body, _preload_content=False)
+                    send(self.core.create_namespaced_pod_eviction, pod, ns, body)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
