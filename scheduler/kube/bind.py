@@ -98,6 +98,10 @@ class _Cycle:
         return all(f.done() for f in self.binds)
 
 
+EVENT_THREADS = 2
+"""Threads that send the ``Scheduled`` Events (see ``Binder.event_pool``)."""
+
+
 class Binder:
     """Follows a ledger and carries out its decisions; see the module docstring."""
 
@@ -143,9 +147,10 @@ class Binder:
         self.max_cycles_in_flight = max_cycles_in_flight
         """Cycles of allocations whose binds may be under way at once (see ``run``)."""
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
-        self.event_pool = ThreadPoolExecutor(max(workers // 2, 1), thread_name_prefix="event")
-        """Scheduled Events are sent from their own threads: a courtesy to people, they
-        need not hold up the next binding."""
+        self.event_pool = ThreadPoolExecutor(EVENT_THREADS, thread_name_prefix="event")
+        """Scheduled Events are sent from a few threads of their own, queued behind the
+        bindings: a courtesy to people, they must not take the API server's time from the
+        next binding (the kube-scheduler, too, sends its Events from one queue)."""
         self.bound = 0
         self.failed = 0
         self.evicted = 0

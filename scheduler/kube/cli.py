@@ -112,7 +112,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _bind(args: argparse.Namespace) -> int:
-    from scheduler.kube.bind import SOURCE, Binder  # noqa: PLC0415
+    from scheduler.kube.bind import EVENT_THREADS, SOURCE, Binder  # noqa: PLC0415
     from scheduler.kube.client import api_client  # noqa: PLC0415
     from scheduler.kube.transport import (  # noqa: PLC0415
         IntakeSink,
@@ -123,9 +123,9 @@ def _bind(args: argparse.Namespace) -> int:
 
     ledger: str | LedgerFeed = args.ledger
     intake: str | IntakeSink = args.intake
-    # One connection per bind worker and per Event thread (Binder: workers // 2), and two
-    # for the binder's own reads, so no call waits for a connection or opens a spare one.
-    connections = args.workers + max(args.workers // 2, 1) + 2
+    # One connection per bind worker and per Event thread, and two for the binder's own
+    # reads, so no call waits for a connection or opens a spare one.
+    connections = args.workers + EVENT_THREADS + 2
     if _is_kafka(args.ledger) != _is_kafka(args.intake):
         raise CliError(
             f"kube bind --ledger {args.ledger} --intake {args.intake}: give both as kafka:// "
