@@ -537,7 +537,8 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f'gpuledger_allocated_gpus{{{d},queue="dev"}}'] == 4
     assert samples[f"gpuledger_allocated_gpus_total{{{d}}}"] == 16
     assert samples[f'gpuledger_time_to_ready_seconds_count{{{d},queue="train"}}'] >= 1
-    assert has(f'gpuledger_time_to_ready_seconds_bucket{{{d},queue="dev"')
+    # prometheus_client writes a sample's labels sorted by name: le before queue.
+    assert samples[f'gpuledger_time_to_ready_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
 
 
 def test_snapshot_plus_tail_equals_full_replay(
