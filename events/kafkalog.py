@@ -453,6 +453,10 @@ class KafkaSettings:
         """One transactional id per domain: a new owner fences the previous one."""
         return f"{self.prefix}.scheduler.{domain}"
 
+    def snapshot_transactional_id(self, domain: str) -> str:
+        """The transactional id of the domain's snapshot writer, fenced like the ledger's."""
+        return f"{self.transactional_id(domain)}.snapshots"
+
 
 # --------------------------------------------------------------------------- the event loop
 
@@ -585,8 +589,11 @@ def new_producer(
     transactional_id: str | None = None,
     *,
     security: KafkaSecurity | None = None,
+    compression: str | None = COMPRESSION,
 ) -> AIOKafkaProducer:
-    """An idempotent producer (transactional when given an id) that batches and compresses.
+    """An idempotent producer (transactional when given an id) that batches and compresses
+    (``compression=None``: it does not, for large records that must not hold up the event
+    loop while they are compressed).
 
     Start it with ``start_client`` for a clear error when the broker refuses it."""
     return AIOKafkaProducer(
@@ -594,7 +601,7 @@ def new_producer(
         **_security(security).client_kwargs(),
         enable_idempotence=True,
         transactional_id=transactional_id,
-        compression_type=COMPRESSION,
+        compression_type=compression,
         linger_ms=2,
         max_batch_size=1024 * 1024,
         # Short, so that a killed scheduler's open transaction is aborted by the broker
@@ -818,6 +825,9 @@ class KafkaReader:
     ) -> Iterator[tuple[int, Envelope]]:
         """Yield records from ``start`` on as they are committed.
 
+        The consumer keeps its position between polls and each poll is a fetch that the
+        broker holds open for up to ``poll_s`` until a transaction commits, so a record
+        arrives one fetch after its commit (no end-offset request or seek per poll).
         Returns when ``stop()`` is true (checked between polls) or after ``idle_timeout_s``
         seconds without a new record; otherwise follows forever.
         """
@@ -826,15 +836,29 @@ class KafkaReader:
         while True:
             if stop is not None and stop():
                 return
-            end = self.end_offset()
-            if end > position:
-                yield from self.read(position, end)
-                position = end
+            batch, position = run_sync(self._fetch_from(position, poll_s))
+            if batch:
+                for m in batch:
+                    yield m.offset, decode_envelope(m.value or b"", m.offset)
                 idle_since = time.monotonic()
                 continue
             if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 return
-            time.sleep(poll_s)
+
+    async def _fetch_from(
+        self, position: int, wait_s: float
+    ) -> tuple[list[ConsumerRecord[bytes, bytes]], int]:
+        """Committed records from ``position`` (waiting up to ``wait_s`` for one) and the
+        position after them, past any transaction marker."""
+        consumer = self._consumer
+        assert consumer is not None
+        if await consumer.position(self._tp) != position:
+            consumer.seek(self._tp, position)  # a read() in between moved the consumer
+        got = await consumer.getmany(
+            self._tp, timeout_ms=max(round(wait_s * 1000), 1), max_records=20_000
+        )
+        batch = [m for m in got.get(self._tp, ()) if m.offset >= position]
+        return batch, int(await consumer.position(self._tp))
 
     def close(self) -> None:
         """Stop the consumer (idempotent)."""

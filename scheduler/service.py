@@ -7,8 +7,19 @@ loop with aiokafka's transactional producer; faust-streaming was tried first and
 1. decodes and validates each record; a refused one becomes a dead letter,
 2. applies the accepted ones and runs one ``cycle`` (the engine's order),
 3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
-   domain's ledger partition, the dead letters, a snapshot every ``snapshot_every``
-   records, and commits the intake offset (``send_offsets_to_transaction``).
+   domain's ledger partition and the dead letters, and, at most every
+   ``offsets_every_ms``, commits the intake offset to the group
+   (``send_offsets_to_transaction``: for lag tools only, see below);
+4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
+   the state and writes it as a snapshot in a transaction of its own, from a second
+   producer and off the loop's path (``_write_snapshot``).
+
+A snapshot is consistent with the ledger offset it records because it is encoded between
+two micro-batches, right after the commit of the records it covers: it is committed
+provably after them, never ahead of the ledger. The snapshot writer's transactional id is
+fixed per domain too, so a new owner fences a previous owner's snapshot writer (and aborts
+its open snapshot transaction) before it reads the snapshots. A snapshot that fails to
+land costs only a longer ledger tail at the next restore.
 
 Exactly once across crashes does not rest on the group's committed offset: aiokafka cannot
 ask for a *stable* committed offset (KIP-447's ``require_stable``), so right after a crash
@@ -32,13 +43,21 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from events.codec import (
     DecodeError,
@@ -114,6 +133,7 @@ _READY_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86
 class _Histogram:
     buckets: tuple[float, ...]
     counts: list[int] = field(default_factory=list)
+    """Cumulative: ``counts[i]`` observations were ``<= buckets[i]``."""
     total: float = 0.0
     n: int = 0
 
@@ -126,23 +146,16 @@ class _Histogram:
         self.total += value
         self.n += 1
 
-    def lines(self, name: str, labels: str = "") -> list[str]:
+    def add_to(self, family: HistogramMetricFamily, labels: Sequence[str]) -> None:
+        """Add this histogram to ``family`` as the series of ``labels``."""
         counts = self.counts or [0] * len(self.buckets)
-        sep = "," if labels else ""
-        out = [
-            f'{name}_bucket{{{labels}{sep}le="{b:g}"}} {c}'
-            for b, c in zip(self.buckets, counts, strict=True)
-        ]
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
-        suffix = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_sum{suffix} {self.total:.6f}")
-        out.append(f"{name}_count{suffix} {self.n}")
-        return out
+        buckets = [(f"{b:g}", float(c)) for b, c in zip(self.buckets, counts, strict=True)]
+        family.add_metric(labels, [*buckets, ("+Inf", float(self.n))], self.total)
 
 
 @dataclass
 class Metrics:
-    """What the scheduler exposes in Prometheus text format (hand-written exposition)."""
+    """What the scheduler exposes to Prometheus (through ``prometheus_client``)."""
 
     cycle_seconds: _Histogram = field(default_factory=lambda: _Histogram(_BUCKETS_S))
     time_to_ready: dict[str, _Histogram] = field(default_factory=dict)
@@ -169,55 +182,104 @@ class Metrics:
         shares = fair_shares(state)
         self.fair_share_gpu_milli = {q: row[0] for q, row in shares.fair.items()}
 
-    def render(self, state: State, domain: str) -> str:
-        """The exposition text."""
-        d = f'domain="{domain}"'
-        lines = [
-            "# TYPE gpuledger_cycle_seconds histogram",
-            *self.cycle_seconds.lines("gpuledger_cycle_seconds", d),
-            "# TYPE gpuledger_decisions_total counter",
-        ]
-        lines += [
-            f'gpuledger_decisions_total{{{d},type="{t}"}} {n}'
-            for t, n in sorted(self.decisions.items())
-        ]
-        lines.append("# TYPE gpuledger_dead_letters_total counter")
-        lines += [
-            f'gpuledger_dead_letters_total{{{d},kind="{k}"}} {n}'
-            for k, n in sorted(self.dead_letters.items())
-        ]
-        lines += [
-            "# TYPE gpuledger_intake_lag gauge",
-            f"gpuledger_intake_lag{{{d}}} {self.intake_lag}",
-            "# TYPE gpuledger_intake_accepted_total counter",
-            f"gpuledger_intake_accepted_total{{{d}}} {self.accepted}",
-            "# TYPE gpuledger_core_jobs gauge",
-            f'gpuledger_core_jobs{{{d},held="whole"}} {len(state.jobs)}',
-            f'gpuledger_core_jobs{{{d},held="ended_id"}} {len(state.ended)}',
-            "# TYPE gpuledger_pending_jobs gauge",
-        ]
+    def families(self, state: State, domain: str) -> list[Metric]:
+        """The metric families of one scrape: these counters and the state's gauges."""
+        d = [domain]
+        cycle = HistogramMetricFamily(
+            "gpuledger_cycle_seconds",
+            "Micro-batch time: decode, validate, apply, cycle and commit.",
+            labels=["domain"],
+        )
+        self.cycle_seconds.add_to(cycle, d)
+        decisions = CounterMetricFamily(
+            "gpuledger_decisions_total",
+            "Decisions recorded, by event type.",
+            labels=["domain", "type"],
+        )
+        for t, n in sorted(self.decisions.items()):
+            decisions.add_metric([domain, t], n)
+        dead = CounterMetricFamily(
+            "gpuledger_dead_letters_total",
+            "Intake records refused into the dead-letter topic, by kind.",
+            labels=["domain", "kind"],
+        )
+        for k, n in sorted(self.dead_letters.items()):
+            dead.add_metric([domain, k], n)
+        lag = GaugeMetricFamily(
+            "gpuledger_intake_lag", "Intake records not yet in the ledger.", labels=["domain"]
+        )
+        lag.add_metric(d, self.intake_lag)
+        accepted = CounterMetricFamily(
+            "gpuledger_intake_accepted_total", "Intake records accepted.", labels=["domain"]
+        )
+        accepted.add_metric(d, self.accepted)
+        jobs = GaugeMetricFamily(
+            "gpuledger_core_jobs",
+            "Jobs the core holds whole, and ended jobs it holds only the id of.",
+            labels=["domain", "held"],
+        )
+        jobs.add_metric([domain, "whole"], len(state.jobs))
+        jobs.add_metric([domain, "ended_id"], len(state.ended))
+        pending = GaugeMetricFamily(
+            "gpuledger_pending_jobs", "Jobs waiting, per leaf queue.", labels=["domain", "queue"]
+        )
+        allocated = GaugeMetricFamily(
+            "gpuledger_allocated_gpus", "GPUs allocated, per queue.", labels=["domain", "queue"]
+        )
         for name in sorted(state.queues):
             q = state.queues[name]
             if not q.children:
-                lines.append(f'gpuledger_pending_jobs{{{d},queue="{name}"}} {len(q.pending)}')
-        lines.append("# TYPE gpuledger_queue_fair_share_gpus gauge")
+                pending.add_metric([domain, name], len(q.pending))
+            allocated.add_metric([domain, name], q.allocated[0] / 1000)
+        share = GaugeMetricFamily(
+            "gpuledger_queue_fair_share_gpus",
+            "GPU fair share of the last cycle, per queue.",
+            labels=["domain", "queue"],
+        )
         for name in sorted(self.fair_share_gpu_milli):
-            share = self.fair_share_gpu_milli[name] / 1000
-            lines.append(f'gpuledger_queue_fair_share_gpus{{{d},queue="{name}"}} {share:g}')
-        lines.append("# TYPE gpuledger_allocated_gpus gauge")
-        for name in sorted(state.queues):
-            q = state.queues[name]
-            lines.append(
-                f'gpuledger_allocated_gpus{{{d},queue="{name}"}} {q.allocated[0] / 1000:g}'
-            )
-        total = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values())
-        lines.append(f"gpuledger_allocated_gpus_total{{{d}}} {total / 1000:g}")
-        lines.append("# TYPE gpuledger_time_to_ready_seconds histogram")
+            share.add_metric([domain, name], self.fair_share_gpu_milli[name] / 1000)
+        total = GaugeMetricFamily(
+            "gpuledger_allocated_gpus_total", "GPUs allocated in all.", labels=["domain"]
+        )
+        total.add_metric(
+            d, sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) / 1000
+        )
+        ready = HistogramMetricFamily(
+            "gpuledger_time_to_ready_seconds",
+            "Submission to allocation of the jobs allocated, per queue.",
+            labels=["domain", "queue"],
+        )
         for queue in sorted(self.time_to_ready):
-            lines += self.time_to_ready[queue].lines(
-                "gpuledger_time_to_ready_seconds", f'{d},queue="{queue}"'
-            )
-        return "\n".join(lines) + "\n"
+            self.time_to_ready[queue].add_to(ready, [domain, queue])
+        return [
+            cycle,
+            decisions,
+            dead,
+            lag,
+            accepted,
+            jobs,
+            pending,
+            share,
+            allocated,
+            total,
+            ready,
+        ]
+
+    def render(self, state: State, domain: str) -> str:
+        """The exposition text (Prometheus text format 0.0.4, label values escaped)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(lambda: self.families(state, domain)))
+        return generate_latest(registry).decode()
+
+
+class _Families(Collector):
+    """A collector that yields what ``produce`` returns at each scrape."""
+
+    def __init__(self, produce: Callable[[], list[Metric]]) -> None:
+        self.produce = produce
+
+    def collect(self) -> Iterable[Metric]:
+        return self.produce()
 
 
 # --------------------------------------------------------------------------- the service
@@ -241,6 +303,11 @@ class ServiceConfig:
     """Address the Prometheus endpoint listens on (``0.0.0.0`` inside a container)."""
     max_skew_ms: int = 60_000
     """An intake record stamped further ahead of the scheduler's clock is dead-lettered."""
+    offsets_every_ms: int = 1000
+    """Commit the intake position to the consumer group in at most one transaction per this
+    many ms. Two of a transaction's broker round trips go to it, and nothing of the service
+    reads it back (a new owner takes its position from the ledger's ``intake-next``
+    header): it is there for lag tools, to which it may lag by this much."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -277,6 +344,11 @@ class SchedulerService:
         self.records = 0
         self._consumer: Any = None
         self._producer: Any = None
+        self._snap_producer: Any = None
+        """Writes snapshots, in transactions of their own (see the module docstring)."""
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._offsets_at = 0.0
+        """``time.monotonic()`` of the last transaction that committed the group offset."""
         self._txn_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the revocation check."""
         self.fenced: Fenced | None = None
@@ -327,6 +399,7 @@ class SchedulerService:
                     await self._take_over()
                 await self._step()
         finally:
+            await self._stop_snapshots()
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
             if self._producer is not None:
@@ -343,11 +416,22 @@ class SchedulerService:
         self._producer = new_producer(
             s.bootstrap, s.transactional_id(cfg.domain), security=s.security
         )
-        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # snapshots
-        # init_transactions: fences and aborts a zombie
+        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # a large micro-batch
+        # Uncompressed: gzip of a 10 MB snapshot would hold the loop for a few 100 ms.
+        self._snap_producer = new_producer(
+            s.bootstrap,
+            s.snapshot_transactional_id(cfg.domain),
+            security=s.security,
+            compression=None,
+        )
+        self._snap_producer._max_request_size = SNAPSHOT_MAX_BYTES
+        # init_transactions: fences and aborts a zombie's ledger and snapshot transactions,
+        # before the restore reads what they wrote.
         await start_client(self._producer, s.bootstrap, s.security)
+        await start_client(self._snap_producer, s.bootstrap, s.security)
         self.state, self.ledger_next, self.intake_next, self.records = await self.restore()
         self.records_since_snapshot = 0
+        self._offsets_at = 0.0
         self._consumer.seek(self.tp, self.intake_next)
         self.active = True
         log.warning(
@@ -426,11 +510,24 @@ class SchedulerService:
 
     async def _step_down(self) -> None:
         self.active = False
+        await self._stop_snapshots()
         async with self._txn_lock:
             if self._producer is not None:
                 with contextlib.suppress(Exception):
                     await self._producer.stop()
                 self._producer = None
+
+    async def _stop_snapshots(self) -> None:
+        """Abandon a snapshot in flight (its transaction aborts) and stop its producer."""
+        task, self._snapshot_task = self._snapshot_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        producer, self._snap_producer = self._snap_producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
     async def _step(self) -> None:
         cfg = self.config
@@ -473,7 +570,10 @@ class SchedulerService:
         state = self.state
         intake_next = msgs[-1].offset + 1
         await self._commit(ledger, dead, intake_next)
+        if not self.active:
+            return  # the transaction failed and the service stood down to restore
         self.intake_next = intake_next
+        self._maybe_snapshot()
         self.metrics.accepted += result.accepted
         self.metrics.transactions += 1
         for dl in dead:
@@ -530,25 +630,12 @@ class SchedulerService:
                         self.ledger_next = int(last_md.offset) + 1
                         self.records += len(ledger)
                         self.records_since_snapshot += len(ledger)
-                    if self.records_since_snapshot >= self.config.snapshot_every:
-                        # In the same transaction as the records it covers, so a snapshot
-                        # never runs ahead of (or behind) the ledger it describes.
-                        await producer.send(
-                            s.snapshots,
-                            encode_snapshot(
-                                self.config.domain,
-                                self.state,
-                                self.ledger_next,
-                                intake_next,
-                                self.records,
-                            ),
-                            key=domain,
-                            partition=self.partition,
+                    now = time.monotonic()
+                    if now - self._offsets_at >= self.config.offsets_every_ms / 1000:
+                        await producer.send_offsets_to_transaction(
+                            {self.tp: intake_next}, s.transactional_id(self.config.domain)
                         )
-                        self.records_since_snapshot = 0
-                    await producer.send_offsets_to_transaction(
-                        {self.tp: intake_next}, s.transactional_id(self.config.domain)
-                    )
+                        self._offsets_at = now
         except ProducerFenced as exc:
             self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
             raise self.fenced from exc
@@ -562,15 +649,75 @@ class SchedulerService:
             self.active = False
             await self._step_down()
 
+    def _maybe_snapshot(self) -> None:
+        """Start writing a snapshot if ``snapshot_every`` records have been committed since
+        the last one and none is in flight.
+
+        Called right after a commit and before the next micro-batch is applied, so the
+        state encoded here is exactly the committed ledger's up to ``ledger_next``; the
+        bytes are taken now and sent by a task, while the loop goes on scheduling."""
+        if self.records_since_snapshot < self.config.snapshot_every:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return  # the previous one is still being written: try after the next batch
+        started = time.perf_counter()
+        data = encode_snapshot(
+            self.config.domain, self.state, self.ledger_next, self.intake_next, self.records
+        )
+        self.records_since_snapshot = 0
+        log.info(
+            "snapshot at ledger %d: %d bytes encoded in %.1f ms",
+            self.ledger_next,
+            len(data),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(data, self.ledger_next))
+
+    async def _write_snapshot(self, data: bytes, ledger_next: int) -> None:
+        """One transaction holding one snapshot; a failure is logged and retried after the
+        next micro-batch (fenced: this instance stops, as for the ledger)."""
+        producer = self._snap_producer
+        if producer is None:
+            return
+        s = self.config.settings
+        started = time.perf_counter()
+        try:
+            async with producer.transaction():
+                await (
+                    await producer.send(
+                        s.snapshots,
+                        data,
+                        key=self.config.domain.encode(),
+                        partition=self.partition,
+                    )
+                )
+        except ProducerFenced:
+            self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
+            return
+        except KafkaError as exc:
+            if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
+                self.fenced = Fenced(str(exc))
+                return
+            log.warning("snapshot at ledger %d not written (%s); trying again", ledger_next, exc)
+            self.records_since_snapshot = self.config.snapshot_every
+            return
+        log.info(
+            "snapshot at ledger %d committed in %.0f ms",
+            ledger_next,
+            (time.perf_counter() - started) * 1000,
+        )
+
     async def _serve_metrics(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         try:
             await reader.readline()
+            # Rendered here, on the loop that changes the state, so a scrape sees one
+            # consistent state (prometheus_client's own server would read it from a thread).
             body = self.metrics.render(self.state, self.config.domain).encode()
             writer.write(
-                b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
             await writer.drain()

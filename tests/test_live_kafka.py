@@ -367,7 +367,9 @@ def test_sigkill_at_random_moments_exactly_once(
     loader.start()
     kills = 0
     try:
-        while kills < 10:
+        # Ten kills at least, and on until the loader has sent 1,000 events: on a loaded
+        # machine its ~150 events/s can fall to 20-30, and ten kills end before that.
+        while (kills < 10 or sum(sent) <= 1000) and kills < 40:
             time.sleep(rng.uniform(0.5, 3.0))
             svc.kill(signal.SIGKILL)
             svc.proc.wait(10)
@@ -377,7 +379,7 @@ def test_sigkill_at_random_moments_exactly_once(
         stop.set()
         loader.join(10)
     wait_for(lambda: caught_up(s), 60, "the last instance to catch up")
-    assert kills == 10 and sum(sent) > 1000
+    assert kills >= 10 and sum(sent) > 1000
     snapshots = read_all(s, s.snapshots)
     assert snapshots, "snapshots were taken (and restarts used them)"
     assert_exactly_once_and_replays(s)
@@ -535,7 +537,8 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f'gpuledger_allocated_gpus{{{d},queue="dev"}}'] == 4
     assert samples[f"gpuledger_allocated_gpus_total{{{d}}}"] == 16
     assert samples[f'gpuledger_time_to_ready_seconds_count{{{d},queue="train"}}'] >= 1
-    assert has(f'gpuledger_time_to_ready_seconds_bucket{{{d},queue="dev"')
+    # prometheus_client writes a sample's labels sorted by name: le before queue.
+    assert samples[f'gpuledger_time_to_ready_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
 
 
 def test_snapshot_plus_tail_equals_full_replay(

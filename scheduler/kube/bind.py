@@ -36,8 +36,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,8 @@ from events.model import (
     PodsAllocated,
 )
 from scheduler.kube import mapping as m
-from scheduler.kube.client import emit_event, error_text, is_transient, raw
+from scheduler.kube.client import emit_event, error_text, is_transient, raw, send
+from scheduler.kube.retry import Backoff, retry
 from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,24 @@ def split_job(job: str) -> tuple[str, str]:
     return (ns, name) if name else ("default", ns)
 
 
+@dataclass
+class _Cycle:
+    """One cycle's work under way: evictions done, binds started."""
+
+    evictions: list[Event] = field(default_factory=list)
+    refused: list[Event] = field(default_factory=list)
+    """``BindFailed`` of pods not bound because a victim could not be evicted."""
+    binds: list[Future[Event]] = field(default_factory=list)
+
+    def done(self) -> bool:
+        """Whether every bind has its outcome."""
+        return all(f.done() for f in self.binds)
+
+
+EVENT_THREADS = 2
+"""Threads that send the ``Scheduled`` Events (see ``Binder.event_pool``)."""
+
+
 class Binder:
     """Follows a ledger and carries out its decisions; see the module docstring."""
 
@@ -92,8 +113,9 @@ class Binder:
         *,
         attempts: int = 6,
         backoff_s: float = 0.1,
-        workers: int = 8,
+        workers: int = 32,
         eviction_retry_s: float = 2.0,
+        max_cycles_in_flight: int = 16,
     ) -> None:
         """Open the ledger feed and the intake sink (directories: ``INTAKE/binder/``, taking
         its writer lock; or ``kafka://`` deployments) and find where to resume."""
@@ -122,10 +144,13 @@ class Binder:
         """(job, pod) → (next try, back-off, node) for evictions the ledger records as
         failed and not yet followed by the pod's end."""
         self.eviction_retry_s = eviction_retry_s
+        self.max_cycles_in_flight = max_cycles_in_flight
+        """Cycles of allocations whose binds may be under way at once (see ``run``)."""
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="bind")
-        self.event_pool = ThreadPoolExecutor(max(workers // 2, 1), thread_name_prefix="event")
-        """Scheduled Events are sent from their own threads: a courtesy to people, they
-        need not hold up the next binding."""
+        self.event_pool = ThreadPoolExecutor(EVENT_THREADS, thread_name_prefix="event")
+        """Scheduled Events are sent from a few threads of their own, queued behind the
+        bindings: a courtesy to people, they must not take the API server's time from the
+        next binding (the kube-scheduler, too, sends its Events from one queue)."""
         self.bound = 0
         self.failed = 0
         self.evicted = 0
@@ -141,22 +166,25 @@ class Binder:
     # ------------------------------------------------------------------ API calls
 
     def _retry(self, what: str, call: Callable[[], Event]) -> Event | str:
-        """Run ``call`` with bounded back-off on transient errors; the last error as text."""
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(self.attempts):
-            try:
-                return call()
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                last = error_text(exc)
-                log.warning("%s: transient error (attempt %d): %s", what, attempt + 1, last)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        return f"gave up after {self.attempts} attempts: {last[:200]}"
+        """``call`` through the adapters' ``retry``; an error that stays transient, or any
+        API error, as text for the ledger (other errors are raised)."""
+        try:
+            return retry(
+                call,
+                what=what,
+                attempts=self.attempts,
+                transient=is_transient,
+                backoff=Backoff(self.backoff_s, 5.0),
+                describe=error_text,
+            )
+        except Exception as exc:
+            if is_transient(exc):
+                return f"gave up after {self.attempts} attempts: {error_text(exc)[:200]}"
+            if isinstance(exc, ApiException):
+                return f"api error {error_text(exc)}"
+            raise
 
-    def bind(self, job: str, p: PodPlacement) -> Event:
+    def bind(self, job: str, p: PodPlacement, uid: str | None = None) -> Event:
         """Bind one pod; PodBound or BindFailed.
 
         One ``pods/binding`` call carries the GPU slots and the job id as annotations (the
@@ -165,7 +193,8 @@ class Binder:
         """
         ns, _ = split_job(job)
         slots = ",".join(f"{s.device}:{s.milli}" for s in p.gpus)
-        uid = self.uids.get((job, p.pod), "")
+        if uid is None:
+            uid = self.uids.get((job, p.pod), "")
 
         def failed(reason: str, bound_node: str = "") -> BindFailed:
             return BindFailed(job=job, pod=p.pod, node=p.node, reason=reason, bound_node=bound_node)
@@ -184,7 +213,7 @@ class Binder:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
             }
             try:
-                self.core.create_namespaced_pod_binding(p.pod, ns, body, _preload_content=False)
+                send(self.core.create_namespaced_pod_binding, p.pod, ns, body)
             except ApiException as exc:
                 if exc.status == 404:
                     return failed("pod gone")
@@ -220,10 +249,7 @@ class Binder:
             )
             return PodBound(job=job, pod=p.pod, node=p.node)
 
-        try:
-            result = self._retry(f"bind {ns}/{p.pod}", attempt)
-        except ApiException as exc:
-            return failed(f"api error {exc.status}: {exc.reason}")
+        result = self._retry(f"bind {ns}/{p.pod}", attempt)
         return failed(result) if isinstance(result, str) else result
 
     def evict(self, job: str, pod: str, node: str) -> Event:
@@ -244,20 +270,15 @@ class Binder:
         def attempt() -> Event:
             try:
                 if orphaned:
-                    self.core.delete_namespaced_pod(
-                        pod, ns, grace_period_seconds=0, _preload_content=False
-                    )
+                    send(self.core.delete_namespaced_pod, pod, ns, grace_period_seconds=0)
                 else:
-                    self.core.create_namespaced_pod_eviction(pod, ns, body, _preload_content=False)
+                    send(self.core.create_namespaced_pod_eviction, pod, ns, body)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
             return PodEvicted(job=job, pod=pod, node=node)
 
-        try:
-            result = self._retry(f"evict {ns}/{pod}", attempt)
-        except ApiException as exc:
-            result = f"api error {error_text(exc)}"
+        result = self._retry(f"evict {ns}/{pod}", attempt)
         if isinstance(result, str):
             # The pod keeps running: the ledger holds its slots again (EvictionFailed) and
             # the eviction is retried with back-off until it succeeds or the pod is gone.
@@ -304,8 +325,8 @@ class Binder:
     def _pods_of(self, job: str) -> tuple[str, ...]:
         return self.jobs.get(job, ("", ()))[1]
 
-    def execute(self, decisions: list[Event], nodes: dict[tuple[str, str], str]) -> list[Event]:
-        """Carry out one cycle's decisions; return their outcomes.
+    def _start(self, decisions: list[Event], nodes: dict[tuple[str, str], str]) -> _Cycle:
+        """Carry out one cycle's evictions and Events, and start its binds.
 
         Binds come first in the outcomes, evictions after: a preemptor is not bound on a
         device whose victim could not be evicted (its pods get ``BindFailed``), so the
@@ -371,19 +392,20 @@ class Binder:
                 case _:
                     pass
         stuck = [e for e in evictions if isinstance(e, EvictionFailed)]
-        outcomes: list[Event] = []
+        work = _Cycle(evictions=evictions)
         allocations = [d for d in decisions if isinstance(d, PodsAllocated)]
         blocked = {d.job: _blocking_victim(d, stuck) for d in allocations}
         # Binds run in parallel: pods of a cycle's allocations are independent API calls.
-        futures = [
-            (d, p, self.pool.submit(self.bind, d.job, p))
+        work.binds = [
+            # The UID as of this cycle: the ledger may forget it (the pod's end) meanwhile.
+            self.pool.submit(self.bind, d.job, p, self.uids.get((d.job, p.pod), ""))
             for d in allocations
             if not blocked[d.job]
             for p in d.placements
         ]
         for d in allocations:
             if blocked[d.job]:
-                outcomes += [
+                work.refused += [
                     BindFailed(
                         job=d.job,
                         pod=p.pod,
@@ -392,19 +414,26 @@ class Binder:
                     )
                     for p in d.placements
                 ]
-        for _d, _p, f in futures:
-            outcomes.append(f.result())
+        return work
+
+    def execute(self, decisions: list[Event], nodes: dict[tuple[str, str], str]) -> list[Event]:
+        """Carry out one cycle's decisions and wait for them; return their outcomes."""
+        return self._outcomes(self._start(decisions, nodes))
+
+    def _outcomes(self, work: _Cycle) -> list[Event]:
+        """Wait for a started cycle's binds; its outcomes in ``execute``'s order."""
+        outcomes = [*work.refused, *(f.result() for f in work.binds)]
         for out in outcomes:
             if isinstance(out, PodBound):
                 self.bound += 1
             else:
                 self.failed += 1
-        for out in evictions:
+        for out in work.evictions:
             if isinstance(out, PodEvicted):
                 self.evicted += 1
             else:
                 self.evict_failed += 1
-        return outcomes + evictions
+        return outcomes + work.evictions
 
     def run(self, stop: Callable[[], bool] = lambda: False, *, poll_s: float = 0.02) -> None:
         """Follow the ledger from the saved position until ``stop()``."""
@@ -419,13 +448,24 @@ class Binder:
         cycle_start = self.next
         last_save = time.monotonic()
         halt = threading.Event()
+        flying: deque[tuple[int, int, _Cycle]] = deque()
+        """Cycles whose binds are under way: (first offset, next offset, work), in ledger
+        order. Each is saved, with the position after it, once it and all before it are
+        done, so a restart resumes after the last cycle carried out in full."""
+
+        def land(wait: bool) -> None:
+            while flying and (wait or flying[0][2].done()):
+                start, after, work = flying.popleft()
+                self._save(start, after, self._outcomes(work))
+                self.next = after
 
         def stopping() -> bool:
+            land(wait=False)  # the feed polls this while it waits
             if stop():
                 halt.set()
-            elif self.failed_evictions and not pending:
-                # Between cycles (the feed polls this while it waits): evictions that failed
-                # are tried again once their back-off has run out.
+            elif self.failed_evictions and not pending and not flying:
+                # Between cycles: evictions that failed are tried again once their
+                # back-off has run out.
                 retried = self.retry_evictions()
                 if retried:
                     self._save(self.next, self.next, retried)
@@ -442,16 +482,24 @@ class Binder:
             if not isinstance(event, CycleCompleted):
                 continue
             if not pending:
+                if flying:
+                    continue  # the position moves with the cycles under way
                 if time.monotonic() - last_save > 1.0:
                     self._save(offset + 1, offset + 1)
                     last_save = time.monotonic()
                 self.next = offset + 1
                 continue
-            outcomes = self.execute(pending, nodes)
+            # Cycles that only allocate overlap: the next one's binds start while earlier
+            # ones are still waiting for the API server. Any other decision (an eviction,
+            # a termination) waits until every bind before it is done, so a pod is never
+            # evicted while its own binding is still on the way.
+            only_binds = all(isinstance(d, PodsAllocated) for d in pending)
+            land(wait=not only_binds or len(flying) >= self.max_cycles_in_flight)
+            flying.append((cycle_start, offset + 1, self._start(pending, nodes)))
             pending = []
-            self._save(cycle_start, offset + 1, outcomes)
-            self.next = offset + 1
+            land(wait=False)
             last_save = time.monotonic()
+        land(wait=True)
 
     def _learn(self, offset: int, env: Envelope, nodes: dict[tuple[str, str], str]) -> Event | None:
         try:

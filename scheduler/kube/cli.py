@@ -112,7 +112,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _bind(args: argparse.Namespace) -> int:
-    from scheduler.kube.bind import SOURCE, Binder  # noqa: PLC0415
+    from scheduler.kube.bind import EVENT_THREADS, SOURCE, Binder  # noqa: PLC0415
     from scheduler.kube.client import api_client  # noqa: PLC0415
     from scheduler.kube.transport import (  # noqa: PLC0415
         IntakeSink,
@@ -123,6 +123,9 @@ def _bind(args: argparse.Namespace) -> int:
 
     ledger: str | LedgerFeed = args.ledger
     intake: str | IntakeSink = args.intake
+    # One connection per bind worker and per Event thread, and two for the binder's own
+    # reads, so no call waits for a connection or opens a spare one.
+    connections = args.workers + EVENT_THREADS + 2
     if _is_kafka(args.ledger) != _is_kafka(args.intake):
         raise CliError(
             f"kube bind --ledger {args.ledger} --intake {args.intake}: give both as kafka:// "
@@ -139,7 +142,7 @@ def _bind(args: argparse.Namespace) -> int:
                 "different deployments (bootstrap, prefix or domain); the binder writes its "
                 "outcomes to the intake of the scheduler whose ledger it follows"
             )
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, pool=connections)
         ledger = KafkaLedgerFeed(on_ledger.settings, on_ledger.domain)
         try:
             intake = KafkaIntakeSink(on_intake.settings, SOURCE, on_intake.domain)
@@ -147,7 +150,7 @@ def _bind(args: argparse.Namespace) -> int:
             ledger.close()
             raise
     else:
-        api = api_client(args.kubeconfig)
+        api = api_client(args.kubeconfig, pool=connections)
     stop = _stop_on_signals()
     binder = Binder(api, ledger, intake, workers=args.workers)
     try:
@@ -221,7 +224,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="intake directory (writes INTAKE/binder/), or kafka://HOST:PORT/PREFIX (the same "
         "deployment as --ledger)",
     )
-    p.add_argument("--workers", type=int, default=8, help="parallel bind calls (default 8)")
+    p.add_argument("--workers", type=int, default=32, help="parallel bind calls (default 32)")
     add_security_arguments(p)
     p.set_defaults(func=_with_logging(_kafka_errors(_bind)))
 

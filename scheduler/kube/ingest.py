@@ -72,6 +72,7 @@ from events.port import LedgerReader
 from scheduler.kube import mapping as m
 from scheduler.kube.client import Gone, Obj, emit_event, is_transient, raw, watch
 from scheduler.kube.reconcile import Reconciler
+from scheduler.kube.retry import Backoff, retry
 from scheduler.kube.transport import IntakeSink, open_sink
 
 log = logging.getLogger(__name__)
@@ -377,22 +378,23 @@ class Ingestor:
         key = (ns, owner)
         if key in self._owner_sizes:
             return self._owner_sizes[key]
-        for attempt in range(3):
-            try:
-                size = m.owner_members(owner, self._read_owner(ns, owner))
-                break
-            except ApiException as exc:
-                if exc.status in (403, 404):
-                    size = None
-                    break
-                if not is_transient(exc) or attempt == 2:
-                    log.warning("reading %s %s/%s: %s", owner.kind, ns, owner.name, exc.reason)
-                    return None
-            except Exception as exc:
-                if not is_transient(exc) or attempt == 2:
-                    log.warning("reading %s %s/%s: %s", owner.kind, ns, owner.name, exc)
-                    return None
-            time.sleep(0.2 * (attempt + 1))
+        what = f"reading {owner.kind} {ns}/{owner.name}"
+        try:
+            size = retry(
+                lambda: m.owner_members(owner, self._read_owner(ns, owner)),
+                what=what,
+                attempts=3,
+                transient=is_transient,
+                backoff=Backoff(0.2, 0.4),
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                log.warning("%s: %s", what, exc.reason)
+                return None
+            size = None
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+            return None
         self._owner_sizes[key] = size
         return size
 
@@ -608,7 +610,8 @@ class Ingestor:
         )
 
     def _watcher(self, kind: str, rv: str) -> None:
-        delay = 0.2
+        backoff = Backoff(0.2, 10.0)
+        delays = backoff.delays()
         listed_at = time.monotonic()
         while not self._halt.is_set():
             try:
@@ -626,15 +629,14 @@ class Ingestor:
                     obj = event["object"]
                     rv = str(obj["metadata"]["resourceVersion"])
                     self._inbox.put((kind, event["type"], obj))
-                delay = 0.2
+                delays = backoff.delays()  # a watch that ran: the next failure waits briefly
             except Gone:
                 log.info("%s watch expired (410 Gone); re-listing", kind)
                 rv = ""
             except Exception as exc:
                 if not is_transient(exc):
                     log.exception("%s watch failed", kind)
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                time.sleep(next(delays))
 
     def start(self) -> None:
         """List Queues and nodes, then start the three watch threads."""

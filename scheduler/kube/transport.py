@@ -71,6 +71,7 @@ from events.kafkalog import (
     start_client,
 )
 from events.localfiles import open_source, read_json, write_json_atomic
+from scheduler.kube.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
@@ -367,22 +368,31 @@ class KafkaIntakeSink(IntakeSink):
             {"seq": head[0], "instance": head[1], "position": position}, sort_keys=True
         ).encode()
         fenced = f"{self.name}: fenced by a newer instance ({self.transactional_id})"
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                run_sync(self._commit(values, value))
-                break
-            except KafkaError as exc:
-                if _is_fenced(exc):
-                    raise SinkFenced(fenced) from exc
-                log.warning("%s: transaction failed (%s); retrying", self.name, exc)
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise
+        tries = 0
+
+        def attempt() -> None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
                 now, _ = run_sync(self._recover())
                 if now == head:
-                    break  # the commit landed; only its answer was lost
+                    return  # the last try committed; only its answer was lost
                 if now != self._head:
-                    raise SinkFenced(fenced) from exc  # a successor wrote meanwhile
-                time.sleep(0.2 * (attempt + 1))
+                    raise SinkFenced(fenced)  # a successor wrote meanwhile
+            run_sync(self._commit(values, value))
+
+        try:
+            retry(
+                attempt,
+                what=f"{self.name}: transaction",
+                attempts=_COMMIT_ATTEMPTS,
+                backoff=Backoff(0.2, 1.0),
+                transient=lambda exc: isinstance(exc, KafkaError) and not _is_fenced(exc),
+            )
+        except KafkaError as exc:
+            if _is_fenced(exc):
+                raise SinkFenced(fenced) from exc
+            raise
         self._head, self._saved = head, position
 
     async def _commit(self, values: list[bytes], position: bytes) -> None:
@@ -544,30 +554,12 @@ class KafkaLedgerFeed(KafkaReader, LedgerFeed):
         stop: Callable[[], bool] | None = None,
         idle_timeout_s: float | None = None,
     ) -> Iterator[tuple[int, Envelope]]:
-        """Committed records from ``start`` on, fetched as they arrive (long polls, not
-        an end-offset request every ``poll_s``), until ``stop()`` or ``idle_timeout_s``."""
+        """``KafkaReader.follow`` with each fetch held open up to ``POLL_MS`` (``poll_s`` is
+        the file feed's polling period and does not apply)."""
         del poll_s
-        run_sync(self._seek(start))
-        idle_since = time.monotonic()
-        while stop is None or not stop():
-            batch = run_sync(self._poll())
-            if batch:
-                idle_since = time.monotonic()
-                for offset, value in batch:
-                    yield offset, decode_envelope(value, offset)
-            elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
-                return
-
-    async def _seek(self, start: int) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        consumer.seek(self._tp, start)
-
-    async def _poll(self) -> list[tuple[int, bytes]]:
-        consumer = self._consumer
-        assert consumer is not None
-        got = await consumer.getmany(self._tp, timeout_ms=self.POLL_MS, max_records=5000)
-        return [(m.offset, m.value or b"") for m in got.get(self._tp, ())]
+        return super().follow(
+            start, poll_s=self.POLL_MS / 1000, stop=stop, idle_timeout_s=idle_timeout_s
+        )
 
 
 # --------------------------------------------------------------------------- locations
