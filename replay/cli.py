@@ -240,11 +240,16 @@ def parse_bound(text: str, origin_ms: int = 0, wall: bool = False) -> tuple[str,
 def _clock(reader: Any) -> tuple[int, bool]:
     """Where relative times count from, and whether the ledger runs on wall time: a live
     ledger's ``6h`` is six hours after its first record, a simulated one's after 0."""
+    from events.codec import DecodeError  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
     from events.ledgertime import is_wall_clock  # noqa: PLC0415
 
-    for _, env in reader.read(0, 1):
-        first = int(env.at)
-        return (first, True) if is_wall_clock(first) else (0, False)
+    try:
+        for _, env in reader.read(0, 1):
+            first = int(env.at)
+            return (first, True) if is_wall_clock(first) else (0, False)
+    except (LedgerError, DecodeError, OSError) as exc:
+        raise CliError(str(exc)) from exc
     return (0, False)
 
 
@@ -290,11 +295,11 @@ def _replay(args: argparse.Namespace) -> int:
     from replay.verify import run  # noqa: PLC0415
 
     reader = _open(args.ledger)
-    clock = _clock(reader)
-    start = _offset_of(reader, parse_bound(args.start, *clock), 0) or 0
-    end = _offset_of(reader, parse_bound(args.end, *clock) if args.end else None, None)
     started = time.perf_counter()
     try:
+        clock = _clock(reader)
+        start = _offset_of(reader, parse_bound(args.start, *clock), 0) or 0
+        end = _offset_of(reader, parse_bound(args.end, *clock) if args.end else None, None)
         result = run(reader, start=start, end=end)
     except (LedgerError, DecodeError, OSError) as exc:
         raise CliError(str(exc)) from exc

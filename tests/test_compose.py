@@ -37,10 +37,22 @@ def test_build_paths_and_images_exist() -> None:
             context = ROOT / str(svc["build"])
             assert context.is_dir(), name
             dockerfile = (context / "Dockerfile").read_text()
+            stages = {
+                line.split()[-1].lower()
+                for line in dockerfile.splitlines()
+                if line.upper().startswith("FROM ") and " AS " in line.upper()
+            }
             for line in dockerfile.splitlines():
-                if line.startswith("COPY "):
-                    for src in line.split()[1:-1]:
-                        assert (context / src).exists(), f"{name}: {src} missing"
+                if not line.startswith("COPY "):
+                    continue
+                words = line.split()[1:-1]
+                source = [w for w in words if w.startswith("--from=")]
+                if source:  # from an earlier build stage of this Dockerfile
+                    stage = source[0].removeprefix("--from=").lower()
+                    assert stage in stages, f"{name}: no build stage {stage!r}"
+                    continue
+                for src in words:
+                    assert (context / src).exists(), f"{name}: {src} missing"
         else:
             assert str(svc["image"]).startswith("apache/kafka:4."), name
 

@@ -560,3 +560,33 @@ def test_a_queue_within_its_quota_goes_before_one_that_would_borrow() -> None:
     got = w.at(1, job("gang", "q0", pods=4, gpus=1), job("svc", "q1", gpus=1, cls="build"))
     assert list(allocated(got)) == ["svc"]
     assert preempted(got) == []
+
+
+# --------------------------------------------------------------------------- KAI parity
+
+
+def test_quota_reclaim_picks_a_victim_only_while_its_queue_is_above_its_deserved_quota() -> None:
+    # b deserves 2 and holds 4 (two 2-GPU jobs) on n1; c holds its deserved 1 GPU on n2.
+    # a (deserves 4) asks for a whole 4-GPU node: only n1 could be it, but taking both of
+    # b's jobs would pick the second with b already at its quota (KAI: never) — a waits.
+    w = World(node("n1", gpus=4), node("n2", gpus=4), queue("a", deserved=4, weight=0),
+              queue("b", deserved=2, weight=0), queue("c", deserved=1, weight=0))  # fmt: skip
+    w.at(0, job("b1", "b", gpus=2), job("b2", "b", gpus=2))
+    w.at(0.5, job("c1", "c", gpus=1))
+    for j in ("b1", "b2", "c1"):
+        w.start(1, j)
+    assert {p.node for p in w.state.jobs["c1"].placements.values()} == {"n2"}
+    got = w.at(10, job("a1", "a", gpus=4))
+    assert preempted(got) == []
+    assert w.state.jobs["a1"].placements == {}
+
+
+def test_a_queue_whose_fair_share_is_zero_gives_up_its_last_job_to_fair_share_reclaim() -> None:
+    # z deserves nothing and has no over-quota weight (fair share 0) but runs the only
+    # 2-GPU job; a (deserved 0, weight 1) has a fair share of 2 and asks for 2.
+    w = World(node("n1", gpus=2), queue("a", weight=1), queue("z", weight=0))
+    w.at(0, job("z1", "z", gpus=2))
+    w.start(1, "z1")
+    got = w.at(10, job("a1", "a", gpus=2))
+    assert preempted(got) == [("z1", "reclaim", "a1")]
+    assert "a1" in allocated(got)

@@ -195,14 +195,14 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
         return []
     # Per giver leaf, the levels checked ((queue taken from, most it may give) at the leaf
     # and where the branches meet), solved for the amount taken once per queue.
-    levels_of: dict[str, list[tuple[str, int]]] = {}
+    levels_of: dict[str, list[Level]] = {}
     for leaf in _givers(s.state, shares, taker):
         pairs = [(queue, s.state.queues[leaf])]
         branches = _lowest_common_children(s.state, queue.name, leaf)
         if branches is not None and branches[0] is not queue:
             pairs.append(branches)
         levels_of[leaf] = [
-            (theirs.name, most_taken(shares, taker, mine, theirs)) for mine, theirs in pairs
+            (theirs.name, *most_taken(shares, taker, mine, theirs)) for mine, theirs in pairs
         ]
     if not levels_of:
         return []
@@ -225,18 +225,23 @@ def _givers(state: State, shares: Shares, taker: Reclaimer) -> list[str]:
     return givers
 
 
-_Stream = tuple[VictimItem, int, Iterator[VictimItem], list[tuple[str, int]], int]
+Level = tuple[str, int, int]
+"""A queue reclaim takes from, at a leaf or where the branches meet, with its two bounds
+from ``most_taken``."""
+
+
+_Stream = tuple[VictimItem, int, Iterator[VictimItem], list[Level], int]
 """A giver's victim stream in the merge: (its next victim, GPUs each of its jobs holds or
 -1, the rest of it, the giver's levels, the giver's reclaim min-runtime)."""
 
 
-def _take_in_order(s: Session, levels_of: dict[str, list[tuple[str, int]]]) -> list[Job]:
+def _take_in_order(s: Session, levels_of: dict[str, list[Level]]) -> list[Job]:
     """The givers' victims in order, merged from their streams, each taken while every
     level it counts against still has room for it. A stream whose jobs all hold more GPUs
     than their queue may still give is dropped: budgets only shrink, so none of its jobs
     could be taken any more (reading on would refuse each of them)."""
     state = s.state
-    taken = {name: 0 for levels in levels_of.values() for name, _ in levels}
+    taken = {level[0]: 0 for levels in levels_of.values() for level in levels}
     heap: list[_Stream] = []
     for leaf, levels in levels_of.items():
         floor = min_runtime(state, leaf, "reclaim")
@@ -256,8 +261,8 @@ def _take_in_order(s: Session, levels_of: dict[str, list[tuple[str, int]]]) -> l
             and not recently_reclaimed(state, victim)
             and _within(levels, taken, held)
         ):
-            for name, _ in levels:
-                taken[name] += held
+            for level in levels:
+                taken[level[0]] += held
             allowed.append(victim)
         following = next(stream, None)
         if following is not None and same >= 0 and not _within(levels, taken, same):
@@ -266,9 +271,11 @@ def _take_in_order(s: Session, levels_of: dict[str, list[tuple[str, int]]]) -> l
     return allowed
 
 
-def _within(levels: list[tuple[str, int]], taken: dict[str, int], held: int) -> bool:
-    """Whether every level may still give ``held`` more."""
-    return all(taken[name] + held <= most for name, most in levels)
+def _within(levels: list[Level], taken: dict[str, int], held: int) -> bool:
+    """Whether every level may still give a victim holding ``held``: by fair share while
+    what is taken stays within its bound, or by quota while the queue is still above its
+    deserved quota when the victim is picked (``most_taken``)."""
+    return all(taken[name] + held <= fair or taken[name] < above for name, fair, above in levels)
 
 
 def _advance(heap: list[_Stream], following: VictimItem | None) -> None:
@@ -293,24 +300,33 @@ def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue]
     return None
 
 
-def most_taken(shares: Shares, taker: Reclaimer, mine: Queue, theirs: Queue) -> int:
-    """The most GPUs ``mine`` (gaining the taker's need) may take from ``theirs`` in one
-    cycle (-1: none, NEVER: no bound). Quota reclaim takes from a queue above its deserved
-    quota; fair-share reclaim from a queue above its fair share, as long as its saturation
+def most_taken(shares: Shares, taker: Reclaimer, mine: Queue, theirs: Queue) -> tuple[int, int]:
+    """How much ``mine`` (gaining the taker's need) may take from ``theirs`` in one cycle:
+    (``fair``, ``above``). A victim holding h may be taken when what is already taken plus h
+    is at most ``fair`` (fair-share reclaim), or when what is already taken is below
+    ``above`` (quota reclaim: the queue is still above its deserved quota when the victim
+    is picked, as KAI-Scheduler's rule; so quota reclaim never takes a queue further below
+    its deserved quota than its last victim). -1: no victim by that strategy.
+
+    Fair-share reclaim takes from a queue above its fair share, as long as its saturation
     after the move stays at least the taker's: (theirs - taken) / their fair share >=
-    (mine + need) / my fair share (``tests/test_scale_paths.py`` holds the plain form of
-    it). ``mine`` is the taker's leaf, or its side of where the branches meet."""
+    (mine + need) / my fair share; a queue whose fair share is 0 is saturated however
+    little it holds, so all of it may go (``tests/test_scale_paths.py`` holds the plain
+    form). ``mine`` is the taker's leaf, or its side of where the branches meet."""
     their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
-    if taker.by_quota and their_alloc > shares.deserved[theirs.name][0]:
-        return NEVER
+    deserved = shares.deserved[theirs.name][0]
+    above = their_alloc - deserved if taker.by_quota and their_alloc > deserved else -1
+    fair = -1
     their_fair = shares.fair[theirs.name][0]
     if taker.by_fair_share and their_alloc > their_fair:
-        # (their_alloc - taken) * mine_fair >= (mine + need) * their_fair, for integers
-        after_mine = mine.allocated[0] + taker.need
-        mine_fair = max(shares.fair[mine.name][0], 1)
-        floor = -(-(after_mine * max(their_fair, 1)) // mine_fair)
-        return their_alloc - floor
-    return -1
+        if their_fair <= 0:
+            fair = their_alloc
+        else:
+            # (their_alloc - taken) * mine_fair >= (mine + need) * their_fair, for integers
+            after_mine = mine.allocated[0] + taker.need
+            mine_fair = max(shares.fair[mine.name][0], 1)
+            fair = their_alloc - -(-(after_mine * their_fair) // mine_fair)
+    return fair, above
 
 
 @dataclass(frozen=True, slots=True)
