@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.core.admission import admission_reason
-from scheduler.core.baselines import FailedPods
 from scheduler.core.fairshare import Shares, fair_shares
-from scheduler.core.placement import Statement
+from scheduler.core.placement import FailedShapes, Statement
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, State
 
@@ -80,21 +79,21 @@ def _fitting_job_waits(state: State) -> tuple[bool, int, bool]:
     idle = sum(
         n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
     )
-    failed = FailedPods()
+    failed = FailedShapes()
     shares = fair_shares(state) if state.policy == "gpuledger" else None
     held_only = True
     found = False
     jobs = state.jobs
     for _, _, job_id in state.pending:
         job = jobs[job_id]
-        if job.placements or job.backoff_until > now or not failed.may_fit(job, False):
+        if job.placements or job.backoff_until > now or not failed.may_fit(job):
             continue
         if job.request[0] and not idle:
             continue
         with Statement(state.nodes, index=state.free_index()) as stmt:
             fits = stmt.place_gang(job, skip=skip or None) is not None
         if not fits:
-            failed.add(job, False)
+            failed.add(job)
             continue
         found = True
         if not _held_by_rule(state, job, shares):

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from events.model import Event, PodPlacement, PodsAllocated, PodSpec
 from scheduler.core.backfill import Reservation, RunningEnds, reservation_for
 from scheduler.core.fairshare import capacity
-from scheduler.core.placement import Statement, effective_gpu_milli, spread_score
+from scheduler.core.placement import FailedShapes, Statement, effective_gpu_milli, spread_score
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, Queue, State
 from scheduler.core.victims import Victims
@@ -100,7 +100,7 @@ def drf(state: State, emit: Emit) -> None:
 def easy(state: State, emit: Emit) -> None:
     """Submission order; one reservation for the first job that does not fit; backfill."""
     reservation: Reservation | None = None
-    failed = FailedPods()
+    failed = FailedShapes()
     running = RunningEnds(state)
     jobs = state.jobs
     for _, _, job_id in sorted(state.pending, key=_seq):
@@ -108,15 +108,15 @@ def easy(state: State, emit: Emit) -> None:
         if job.placements:
             continue  # a gang part-placed by an earlier cycle is the binder's to finish
         skip = _reserved_for(state, job, reservation)
-        restricted = skip is not None
-        if not failed.may_fit(job, restricted):
+        kept_off = tuple(skip) if skip else ()
+        if not failed.may_fit(job, kept_off):
             continue
         with Statement(state.nodes, index=state.free_index()) as stmt:
             placements = stmt.place_gang(job, skip=skip)
         if placements is not None:
             emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placements)))
             continue
-        failed.add(job, restricted)
+        failed.add(job, kept_off)
         if reservation is None:
             reservation = reservation_for(state, job, running, Victims(state))
             state.reserved = (
@@ -143,58 +143,3 @@ def _reserved_for(
     ):
         return None
     return reservation.nodes
-
-
-class FailedPods:
-    """Single-pod jobs that found no node this cycle, by what they ask of a node.
-
-    Within a cycle free capacity only shrinks, so a pod asking at least as much of every
-    resource, with the same selector and tolerations and the same nodes to keep off,
-    cannot fit either. Only the smallest failures are kept (none dominates another).
-    Gangs, and pods whose GPU share depends on the node, are always tried.
-    """
-
-    def __init__(self) -> None:
-        self.failed: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
-
-    @staticmethod
-    def _key(job: Job, restricted: bool) -> tuple[tuple[object, ...], tuple[int, int, int]] | None:
-        if len(job.pods) != 1 or job.topology_key:
-            return None
-        pod = job.pods[0]
-        if pod.gpu_memory_mib and not pod.gpu_milli:
-            return None
-        if pod.node_selector or pod.tolerations:
-            key: tuple[object, ...] = (
-                tuple(sorted(pod.node_selector.items())),
-                pod.tolerations,
-                restricted,
-            )
-        else:
-            key = (restricted,)
-        return key, (pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
-
-    def may_fit(self, job: Job, restricted: bool) -> bool:
-        """False if a pod asking no more of any resource already failed."""
-        found = self._key(job, restricted)
-        if found is None:
-            return True
-        failed = self.failed.get(found[0])
-        if not failed:
-            return True
-        gpu, cpu, memory = found[1]
-        return not any(gpu >= g and cpu >= c and memory >= m for g, c, m in failed)
-
-    def add(self, job: Job, restricted: bool) -> None:
-        """Remember a job that found no room (only its minimal failures are kept)."""
-        found = self._key(job, restricted)
-        if found is None:
-            return
-        key, (gpu, cpu, memory) = found
-        kept = [
-            f
-            for f in self.failed.get(key, ())
-            if not (f[0] >= gpu and f[1] >= cpu and f[2] >= memory)
-        ]
-        kept.append((gpu, cpu, memory))
-        self.failed[key] = kept
