@@ -50,6 +50,9 @@ def allocate(state: State, emit: Emit) -> None:
             s.cursor[queue.name] = index + 1
             continue
         head = queue.name not in s.blocked and job.job not in s.requeued
+        if queue.name in s.blocked and _no_room_left(s, queue):
+            s.done[queue.name] = None  # nothing behind the blocked head could be placed
+            continue
         reason = (
             admission_reason(state, queue, job, s.shares)
             if s.limited[queue.name] or not job.preemptible
@@ -90,6 +93,21 @@ def _next_queue(s: Session) -> Queue | None:
     return ranked[s.at] if s.at < len(ranked) else None
 
 
+def _no_room_left(s: Session, queue: Queue) -> bool:
+    """No GPU is free anywhere and every job the queue has waiting asks for one: a walk on
+    behind its blocked head would try each of them in vain (it decides nothing), so a
+    congested cycle costs the queues' heads, not their whole backlogs."""
+    if s.free_gpu is None:
+        s.free_gpu = sum(n.free_gpu_milli for n in s.state.nodes.values() if not n.cordoned)
+    if s.free_gpu > 0:
+        return False
+    gpuless = s.gpuless.get(queue.name)
+    if gpuless is None:
+        jobs = s.state.jobs
+        gpuless = s.gpuless[queue.name] = any(jobs[j].request[0] == 0 for _, _, j in queue.pending)
+    return not gpuless
+
+
 def _placed(s: Session, job: Job) -> None:
     """Count the job's GPUs as placed this cycle up its queue's chain, and drop what the
     placement made stale: the queue order and the reservations planned by shape."""
@@ -98,6 +116,7 @@ def _placed(s: Session, job: Job) -> None:
         s.shares.placed[q.name] = s.shares.placed.get(q.name, 0) + held
     s.ranked = []
     s.planned.clear()
+    s.free_gpu = None
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
@@ -127,6 +146,7 @@ def _requeued(s: Session, victim: Job) -> None:
         s.leaves.append(queue)
         s.limited[queue.name] = limited(s.state, queue.name)
     s.requeued[victim.job] = None
+    s.gpuless.pop(queue.name, None)
     index = bisect_left(queue.pending, victim.pending_key)
     s.cursor[queue.name] = min(s.cursor.get(queue.name, 0), index)
     s.done.pop(queue.name, None)
