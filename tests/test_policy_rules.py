@@ -590,3 +590,44 @@ def test_a_queue_whose_fair_share_is_zero_gives_up_its_last_job_to_fair_share_re
     got = w.at(10, job("a1", "a", gpus=2))
     assert preempted(got) == [("z1", "reclaim", "a1")]
     assert "a1" in allocated(got)
+
+
+def test_a_queue_at_its_limit_preempts_its_own_lower_priority_job() -> None:
+    # a may hold 8 GPUs and holds them with a train job on n1; a build-preemptible job of
+    # a asks for 8. n2 is free, but starting there would take a to 16: the newcomer starts
+    # only by preempting its own lower-priority job, kept as a victim although the gang
+    # does not sit on its node (the limit needs it gone, not the placement).
+    w = World(node("n1"), node("n2"), queue("a", deserved=8, limit=8))
+    w.at(0, job("low", "a", gpus=8))
+    w.start(1, "low")
+    got = w.at(10, job("hi", "a", gpus=8, cls="build-preemptible"))
+    assert preempted(got) == [("low", "preempt", "hi")]
+    assert "hi" in allocated(got)
+    assert w.gpus_of("a") == 8
+
+
+def test_a_queue_at_its_limit_preempts_only_what_brings_it_back_within_it() -> None:
+    # a's parent org may hold 8 (a itself has no limit); a holds 4 + 2 + 2 in three train
+    # jobs on two nodes. A 4-GPU build-preemptible job needs 4 GPUs freed: the cheapest
+    # victim that frees them (big, checkpointed 3 s ago) goes, and nothing more.
+    w = World(node("n1", gpus=4), node("n2", gpus=8),
+              queue("org", deserved=8, limit=8), queue("a", parent="org", deserved=8))  # fmt: skip
+    w.at(0, job("big", "a", gpus=4, checkpoint_s=5))
+    w.at(1, job("s1", "a", gpus=2), job("s2", "a", gpus=2))
+    for j in ("big", "s1", "s2"):
+        w.start(2, j)
+    got = w.at(20, job("hi", "a", gpus=4, cls="build-preemptible"))
+    assert preempted(got) == [("big", "preempt", "hi")]
+    assert "hi" in allocated(got)
+    assert w.gpus_of("org") == 8
+
+
+def test_a_queue_at_its_limit_waits_when_lower_priority_jobs_cannot_free_enough() -> None:
+    w = World(node("n1"), node("n2"), queue("a", deserved=8, limit=8))
+    w.at(0, job("peer", "a", gpus=4, cls="build-preemptible"), job("low", "a", gpus=4))
+    w.start(1, "peer")
+    w.start(1, "low")
+    got = w.at(10, job("hi", "a", gpus=8, cls="build-preemptible"))
+    assert preempted(got) == []
+    reason, _ = reasons(got)["hi"]
+    assert reason.startswith("queue 'a' is at its limit")

@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
-from scheduler.core.admission import admission_reason, limited, queue_order
+from scheduler.core.admission import (
+    admission_reason,
+    limited,
+    queue_order,
+    quota_reason,
+)
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
@@ -50,12 +55,7 @@ def allocate(state: State, emit: Emit) -> None:
             s.cursor[queue.name] = index + 1
             continue
         head = queue.name not in s.blocked and job.job not in s.requeued
-        reason = (
-            admission_reason(state, queue, job, s.shares)
-            if s.limited[queue.name] or not job.preemptible
-            else None
-        )
-        tried = "failed" if reason is not None else _try_job(s, queue, job, head=head)
+        tried, reason = _admit(s, queue, job, head=head)
         if tried == "placed":
             _placed(s, job)
             continue  # the job left pending; the same index is now the next job
@@ -67,6 +67,22 @@ def allocate(state: State, emit: Emit) -> None:
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+
+
+def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, str | None]:
+    """Admit and try the job: what came of it, and why admission held it back (None: it
+    did not). A head held back only by a limit may still start by preempting
+    lower-priority jobs of its own queue that bring every limit back within bounds."""
+    state = s.state
+    if not (s.limited[queue.name] or not job.preemptible):
+        return _try_job(s, queue, job, head=head), None
+    reason = admission_reason(state, queue, job, s.shares)
+    if reason is None:
+        return _try_job(s, queue, job, head=head), None
+    if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
+        return "failed", reason
+    tried = _try_job(s, queue, job, head=True, at_limit=True)
+    return tried, (None if tried == "placed" else reason)
 
 
 def _next_queue(s: Session) -> Queue | None:
@@ -148,12 +164,22 @@ class _Plan:
     moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
 
 
-def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
+def _try_job(
+    s: Session,
+    queue: Queue,
+    job: Job,
+    *,
+    head: bool,
+    at_limit: bool = False,
+) -> Tried:
     """Place one admitted job; a queue's head may also make room. The caller records why
     a job waits (one reason per cycle: a capacity wait, or the reservation made for it).
     ``skipped``: a job asking no less already found no room on the same nodes this cycle,
-    so nothing was tried (``Session.failed``).
+    so nothing was tried (``Session.failed``). ``at_limit``: the job's queue is at a
+    limit, so it starts only by preempting (``_try_preempting``).
     """
+    if at_limit:
+        return _try_preempting(s, queue, job)
     state = s.state
     allowed = blocked_nodes(state, job, s.reservations)
     kept_off = tuple(allowed) if allowed else ()
@@ -179,6 +205,23 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     if plan is None:
         return "failed"
     _commit(s, job, plan)
+    return "placed"
+
+
+def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
+    """A head held back by a limit: it starts only by preempting lower-priority jobs of
+    its own queue that bring every limit back within bounds and make room
+    (``victims.make_room``; never on free capacity alone, which would take the queue
+    over its limit)."""
+    state = s.state
+    allowed = blocked_nodes(state, job, s.reservations)
+    with Statement(
+        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+    ) as stmt:
+        placements, evicted = make_room(s, queue, job, stmt, allowed)
+    if placements is None:
+        return "failed"
+    _commit(s, job, _Plan(placements, evicted))
     return "placed"
 
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
+from scheduler.core.admission import limit_excess
 from scheduler.core.apply import lost_work
 from scheduler.core.fairshare import Shares
 from scheduler.core.placement import Statement, gang_demand, may_fit
-from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu
+from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu, held_resources
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State
 
 if TYPE_CHECKING:
@@ -349,6 +350,8 @@ RULES: tuple[Rule, ...] = (
 
 # --------------------------------------------------------------------------- making room
 
+_NONE = (0, 0, 0)
+
 
 @dataclass(slots=True)
 class _Room:
@@ -362,6 +365,19 @@ class _Room:
     demand: list[tuple[int, int]]
     free: int
     """Milli-GPUs free now on the schedulable nodes."""
+    must_free: tuple[int, int, int] = (0, 0, 0)
+    """What the victims must hold together, per resource, for the job's queue and its
+    ancestors to stay within their limits (``admission.limit_excess``; 0: no bound)."""
+
+    def covers(self, victims: Iterable[Job]) -> bool:
+        """Whether evicting ``victims`` frees at least ``must_free`` of every resource."""
+        if not any(self.must_free):
+            return True
+        freed = [0, 0, 0]
+        for victim in victims:
+            for resource, amount in enumerate(held_resources(victim)):
+                freed[resource] += amount
+        return all(f >= m for f, m in zip(freed, self.must_free, strict=True))
 
     def could_fit(self, candidates: list[Job]) -> bool:
         """Could the gang fit at all were every candidate evicted? The victims' GPUs are
@@ -376,7 +392,7 @@ class _Room:
             for name, milli in self.victims.spots(victim) if spots is None else spots:
                 extra[name] = extra.get(name, 0) + milli
                 free += milli
-        if free < self.job.request[0]:
+        if free < self.job.request[0] or not self.covers(candidates):
             return False
         if self.stmt.index is None:
             return True
@@ -408,6 +424,8 @@ class _Room:
             free += self.victims.held_gpu(victim)
             if free < need or (stmt.index is not None and not may_fit(stmt.index, self.demand)):
                 continue  # cheap necessary conditions before a full gang placement
+            if not self.covers(candidates[:count]):
+                continue  # the queue would still be over a limit
             if wait > 0:
                 wait -= 1
                 continue
@@ -417,7 +435,7 @@ class _Room:
             # A gang that fits the counts but not yet the nodes is tried again after
             # 1, 2, 4, ... more victims: extra victims are dropped below, attempts are not.
             wait, step = step, step * 2
-        if wait > 0:
+        if wait > 0 and self.covers(candidates):
             placements = stmt.place_gang(self.job, skip=self.allowed)  # every one evicted
             if placements is not None:
                 return placements, candidates
@@ -426,11 +444,20 @@ class _Room:
 
 
 def make_room(
-    s: Session, queue: Queue, job: Job, stmt: Statement, allowed: dict[str, None] | None
+    s: Session,
+    queue: Queue,
+    job: Job,
+    stmt: Statement,
+    allowed: dict[str, None] | None,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
     """Evict the fewest, cheapest victims that let the gang start; never in vain. Returns
-    the gang's placements (made in ``stmt``) and the victims with the rule taking each."""
+    the gang's placements (made in ``stmt``) and the victims with the rule taking each.
+
+    A job whose queue (or an ancestor) is at a limit (``admission.limit_excess``) makes
+    room only by ``preempt``, and its victims must hold together at least the excess of
+    each resource, so the queue and its ancestors end within their limits."""
     state = s.state
+    must_free = limit_excess(state, queue.name, job.request) if s.limited[queue.name] else _NONE
     room = _Room(
         state,
         s.victims,
@@ -439,9 +466,10 @@ def make_room(
         allowed,
         gang_demand(job, stmt.fractional),
         sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
+        must_free,
     )
     for rule in RULES:
-        if not rule.enabled(state.config):
+        if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
         candidates = rule.candidates(s, queue, job)
         budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
@@ -454,7 +482,7 @@ def make_room(
         if found is None:
             continue
         placements, chosen = found
-        kept = _needed_victims(state, chosen, placements)
+        kept = _needed_victims(state, chosen, placements, _spare(chosen, must_free))
         if budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget:
             stmt.rollback(point)  # the start would cost more work than the job has waited
             continue
@@ -462,13 +490,26 @@ def make_room(
     return None, []
 
 
-def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlacement]) -> list[Job]:
-    """Never more victims than the placement needs.
+def _spare(chosen: list[Job], must_free: tuple[int, int, int]) -> list[int]:
+    """Per resource, how much of what ``chosen`` hold may be given back with the limits
+    still kept (``make_room``'s ``must_free``; NEVER: no limit to keep)."""
+    spare = [NEVER, NEVER, NEVER]
+    for resource, needed in enumerate(must_free):
+        if needed > 0:
+            spare[resource] = sum(held_resources(v)[resource] for v in chosen) - needed
+    return spare
+
+
+def _needed_victims(
+    state: State, chosen: list[Job], placements: list[PodPlacement], spare: list[int]
+) -> list[Job]:
+    """Never more victims than the placement, and the limits, need.
 
     Called with every chosen victim evicted and the gang placed. Victims are given back
     their resources, dearest first, whenever the placement still fits beside them (on
-    the very devices and nodes it uses), so those kept are each needed by it: victims with
-    nothing under the gang's nodes always go back.
+    the very devices and nodes it uses) and ``spare`` (``_spare``) still covers what they
+    hold, so those kept are each needed by it or by a limit: victims with nothing under
+    the gang's nodes go back unless a limit needs them gone.
     """
     nodes = state.nodes
     free: dict[str, list[int]] = {}  # the gang's nodes, in placement order
@@ -479,10 +520,17 @@ def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlaceme
     for victim in reversed(chosen):
         specs = {p.name: p for p in victim.pods}
         under = [(p, specs[p.pod]) for p in victim.live() if p.node in free]
+        holds = held_resources(victim)
+        if any(h > room for h, room in zip(holds, spare, strict=True)):
+            kept.append(victim)  # the queue would go back over a limit without it
+            continue
         _shift(free, under, -1)  # tentatively back on its nodes
         if any(_overcommitted(nodes[p.node], free[p.node]) for p, _ in under):
             _shift(free, under, 1)
             kept.append(victim)
+        else:
+            for resource, h in enumerate(holds):
+                spare[resource] -= h
     kept.reverse()
     return kept
 
