@@ -631,3 +631,46 @@ def test_a_queue_at_its_limit_waits_when_lower_priority_jobs_cannot_free_enough(
     assert preempted(got) == []
     reason, _ = reasons(got)["hi"]
     assert reason.startswith("queue 'a' is at its limit")
+
+
+def test_a_cpu_only_job_reclaims_cpu_from_a_queue_above_its_cpu_fair_share() -> None:
+    # One node of 8 cores. b runs two 4-core jobs; a (equal weight) asks for 4 cores: the
+    # CPU fair shares are 4 and 4, so b is 4 cores above its share and gives one job back.
+    w = World(node("n1", cpu=8000), queue("a"), queue("b"))
+    w.at(0, job("b1", "b", gpus=0, cpu=4000), job("b2", "b", gpus=0, cpu=4000))
+    w.start(1, "b1")
+    w.start(1, "b2")
+    got = w.at(10, job("a1", "a", gpus=0, cpu=4000))
+    assert [(rule, by) for _, rule, by in preempted(got)] == [("reclaim", "a1")]
+    assert "a1" in allocated(got)
+    assert w.state.queues["b"].allocated[1] == 4000
+
+
+def _gpu_and_cpu_holder(b_cpu: int) -> World:
+    # n1: 8 GPUs, 8 cores. a deserves the 8 GPUs and 8 cores; b deserves no GPU and
+    # ``b_cpu`` cores, and runs an 8-GPU job (no CPU) and a CPU-only job of 8 cores.
+    w = World(node("n1", cpu=8000), queue("a", deserved=8, cpu=8000, weight=0),
+              queue("b", cpu=b_cpu, weight=0))  # fmt: skip
+    w.at(0, job("bg", "b", gpus=8), job("bc", "b", gpus=0, cpu=8000))
+    w.start(1, "bg")
+    w.start(1, "bc")
+    return w
+
+
+def test_a_cpu_only_job_is_no_free_victim_for_a_gpu_job_s_reclaim() -> None:
+    # a's 8-GPU, 4-core job needs bg's GPUs and bc's cores. b is above its GPU quota but
+    # holds exactly its deserved 8 cores: bc frees no GPU and is within b's CPU share, so
+    # it is no victim, and without it a1 cannot start: nothing is evicted in vain.
+    w = _gpu_and_cpu_holder(b_cpu=8000)
+    got = w.at(10, job("a1", "a", gpus=8, cpu=4000))
+    assert preempted(got) == []
+    assert w.status("bc") != "pending" and w.status("bg") != "pending"
+
+
+def test_a_cpu_only_job_above_its_queue_s_cpu_quota_gives_way_to_a_gpu_job() -> None:
+    # The same, but b deserves no CPU: its 8 cores are above its CPU quota, so bc may go
+    # for the cores a1 asks for, and bg for its GPUs.
+    w = _gpu_and_cpu_holder(b_cpu=0)
+    got = w.at(10, job("a1", "a", gpus=8, cpu=4000))
+    assert sorted(preempted(got)) == [("bc", "reclaim", "a1"), ("bg", "reclaim", "a1")]
+    assert "a1" in allocated(got)

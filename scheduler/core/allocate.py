@@ -26,7 +26,7 @@ from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.placement import Statement, binpack_score, spread_score
 from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
-from scheduler.core.running import held_gpu
+from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, Job, Node, Queue, State
 from scheduler.core.victims import Victims, make_room, preemption
@@ -107,11 +107,13 @@ def _next_queue(s: Session) -> Queue | None:
 
 
 def _placed(s: Session, job: Job) -> None:
-    """Count the job's GPUs as placed this cycle up its queue's chain, and drop what the
+    """Count the job's resources as placed this cycle up its queue's chain, and drop what the
     placement made stale: the queue order and the reservations planned by shape."""
-    held = held_gpu(job)
+    held = held_resources(job)
     for q in s.state.ancestors(job.queue):
-        s.shares.placed[q.name] = s.shares.placed.get(q.name, 0) + held
+        row = s.shares.placed.setdefault(q.name, [0, 0, 0])
+        for resource, amount in enumerate(held):
+            row[resource] += amount
     s.ranked = []
     s.planned.clear()
 
