@@ -730,3 +730,14 @@ def test_every_reclaim_victim_frees_a_resource_its_queue_holds_above_its_share(
             and q.allocated[r] > min(shares.deserved[q.name][r], shares.fair[q.name][r])
         ]
         assert above, (victim, by)
+
+
+def test_a_gpu_job_over_its_gpu_share_takes_no_gpus_on_the_strength_of_its_cpu_share() -> None:
+    # a holds its 8 deserved GPUs and asks for 8 more with 1 core; it is within its CPU
+    # share, but beyond its GPU quota and fair share: b's GPU job stays.
+    w = World(node("n1", cpu=8000), node("n2", cpu=8000),
+              queue("a", deserved=8, cpu=16000, weight=0), queue("b", weight=1))  # fmt: skip
+    w.at(0, job("a0", "a", gpus=8), job("b1", "b", gpus=8, cpu=1000))
+    w.start(1, "a0")
+    w.start(1, "b1")
+    assert preempted(w.at(10, job("a1", "a", gpus=8, cpu=1000))) == []

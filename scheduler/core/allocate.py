@@ -15,12 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
-from scheduler.core.admission import (
-    admission_reason,
-    limited,
-    queue_order,
-    quota_reason,
-)
+from scheduler.core.admission import admission_reason, limited, queue_order, quota_reason
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
@@ -74,14 +69,14 @@ def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, st
     did not). A head held back only by a limit may still start by preempting
     lower-priority jobs of its own queue that bring every limit back within bounds."""
     state = s.state
-    if not (s.limited[queue.name] or not job.preemptible):
+    if not s.limited[queue.name] and job.preemptible:
         return _try_job(s, queue, job, head=head), None
     reason = admission_reason(state, queue, job, s.shares)
     if reason is None:
         return _try_job(s, queue, job, head=head), None
     if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
         return "failed", reason
-    tried = _try_job(s, queue, job, head=True, at_limit=True)
+    tried = _try_preempting(s, queue, job)
     return tried, (None if tried == "placed" else reason)
 
 
@@ -166,22 +161,12 @@ class _Plan:
     moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
 
 
-def _try_job(
-    s: Session,
-    queue: Queue,
-    job: Job,
-    *,
-    head: bool,
-    at_limit: bool = False,
-) -> Tried:
+def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     """Place one admitted job; a queue's head may also make room. The caller records why
     a job waits (one reason per cycle: a capacity wait, or the reservation made for it).
     ``skipped``: a job asking no less already found no room on the same nodes this cycle,
-    so nothing was tried (``Session.failed``). ``at_limit``: the job's queue is at a
-    limit, so it starts only by preempting (``_try_preempting``).
+    so nothing was tried (``Session.failed``).
     """
-    if at_limit:
-        return _try_preempting(s, queue, job)
     state = s.state
     allowed = blocked_nodes(state, job, s.reservations)
     kept_off = tuple(allowed) if allowed else ()

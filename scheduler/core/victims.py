@@ -195,7 +195,10 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
     Each resource the job asks for is judged on its own (``reclaim_resources``), and a
     victim by what it frees of them (``_judged``): its GPUs when it holds GPUs the job
     asks for, else the CPU and memory it holds that the job asks for. A victim freeing
-    nothing the job asks for is never taken.
+    nothing the job asks for is never taken. A job asking for GPUs reclaims only while
+    its queue stays within its GPU fair share or quota (so GPUs are never taken back on
+    the strength of a CPU or memory share); CPU and memory it asks for are reclaimed,
+    from jobs holding no GPU, only where its queue stays within its share of them.
     """
     shares = s.shares
     takers: list[Reclaimer] = []
@@ -210,6 +213,8 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
                 resource=r,
             )
         )
+    if any(t.resource == 0 and not (t.by_fair_share or t.by_quota) for t in takers):
+        return []  # GPUs are taken back only within the job's queue's GPU share
     takers = [t for t in takers if t.by_fair_share or t.by_quota]
     if not takers:
         return []
