@@ -49,11 +49,12 @@ def queue(
     placement: str = "",
     reclaim_min_runtime_s: int = 0,
     preempt_min_runtime_s: int = 0,
+    cpu: int = 0,
 ) -> QueueConfigured:
     return QueueConfigured(
         queue=name,
         parent=parent,
-        deserved=Resources(gpu_milli=round(deserved * 1000)),
+        deserved=Resources(gpu_milli=round(deserved * 1000), cpu_milli=cpu),
         deserved_gpu_percent=percent,
         over_quota_weight=weight,
         limit=Resources(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import msgspec
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from events.model import (
     BindFailed,
@@ -12,7 +16,7 @@ from events.model import (
     PodsAllocated,
     Tick,
 )
-from scheduler.core import fair_shares
+from scheduler.core import apply, fair_shares
 from scheduler.core.backfill import BACKFILL_TRIES
 from scheduler.core.fairshare import decay
 from scheduler.core.victims import recently_reclaimed
@@ -590,3 +594,150 @@ def test_a_queue_whose_fair_share_is_zero_gives_up_its_last_job_to_fair_share_re
     got = w.at(10, job("a1", "a", gpus=2))
     assert preempted(got) == [("z1", "reclaim", "a1")]
     assert "a1" in allocated(got)
+
+
+def test_a_queue_at_its_limit_preempts_its_own_lower_priority_job() -> None:
+    # a may hold 8 GPUs and holds them with a train job on n1; a build-preemptible job of
+    # a asks for 8. n2 is free, but starting there would take a to 16: the newcomer starts
+    # only by preempting its own lower-priority job, kept as a victim although the gang
+    # does not sit on its node (the limit needs it gone, not the placement).
+    w = World(node("n1"), node("n2"), queue("a", deserved=8, limit=8))
+    w.at(0, job("low", "a", gpus=8))
+    w.start(1, "low")
+    got = w.at(10, job("hi", "a", gpus=8, cls="build-preemptible"))
+    assert preempted(got) == [("low", "preempt", "hi")]
+    assert "hi" in allocated(got)
+    assert w.gpus_of("a") == 8
+
+
+def test_a_queue_at_its_limit_preempts_only_what_brings_it_back_within_it() -> None:
+    # a's parent org may hold 8 (a itself has no limit); a holds 4 + 2 + 2 in three train
+    # jobs on two nodes. A 4-GPU build-preemptible job needs 4 GPUs freed: the cheapest
+    # victim that frees them (big, checkpointed 3 s ago) goes, and nothing more.
+    w = World(node("n1", gpus=4), node("n2", gpus=8),
+              queue("org", deserved=8, limit=8), queue("a", parent="org", deserved=8))  # fmt: skip
+    w.at(0, job("big", "a", gpus=4, checkpoint_s=5))
+    w.at(1, job("s1", "a", gpus=2), job("s2", "a", gpus=2))
+    for j in ("big", "s1", "s2"):
+        w.start(2, j)
+    got = w.at(20, job("hi", "a", gpus=4, cls="build-preemptible"))
+    assert preempted(got) == [("big", "preempt", "hi")]
+    assert "hi" in allocated(got)
+    assert w.gpus_of("org") == 8
+
+
+def test_a_queue_at_its_limit_waits_when_lower_priority_jobs_cannot_free_enough() -> None:
+    w = World(node("n1"), node("n2"), queue("a", deserved=8, limit=8))
+    w.at(0, job("peer", "a", gpus=4, cls="build-preemptible"), job("low", "a", gpus=4))
+    w.start(1, "peer")
+    w.start(1, "low")
+    got = w.at(10, job("hi", "a", gpus=8, cls="build-preemptible"))
+    assert preempted(got) == []
+    reason, _ = reasons(got)["hi"]
+    assert reason.startswith("queue 'a' is at its limit")
+
+
+def test_a_cpu_only_job_reclaims_cpu_from_a_queue_above_its_cpu_fair_share() -> None:
+    # One node of 8 cores. b runs two 4-core jobs; a (equal weight) asks for 4 cores: the
+    # CPU fair shares are 4 and 4, so b is 4 cores above its share and gives one job back.
+    w = World(node("n1", cpu=8000), queue("a"), queue("b"))
+    w.at(0, job("b1", "b", gpus=0, cpu=4000), job("b2", "b", gpus=0, cpu=4000))
+    w.start(1, "b1")
+    w.start(1, "b2")
+    got = w.at(10, job("a1", "a", gpus=0, cpu=4000))
+    assert [(rule, by) for _, rule, by in preempted(got)] == [("reclaim", "a1")]
+    assert "a1" in allocated(got)
+    assert w.state.queues["b"].allocated[1] == 4000
+
+
+def _gpu_and_cpu_holder(b_cpu: int) -> World:
+    # n1: 8 GPUs, 8 cores. a deserves the 8 GPUs and 8 cores; b deserves no GPU and
+    # ``b_cpu`` cores, and runs an 8-GPU job (no CPU) and a CPU-only job of 8 cores.
+    w = World(node("n1", cpu=8000), queue("a", deserved=8, cpu=8000, weight=0),
+              queue("b", cpu=b_cpu, weight=0))  # fmt: skip
+    w.at(0, job("bg", "b", gpus=8), job("bc", "b", gpus=0, cpu=8000))
+    w.start(1, "bg")
+    w.start(1, "bc")
+    return w
+
+
+def test_a_cpu_only_job_is_no_free_victim_for_a_gpu_job_s_reclaim() -> None:
+    # a's 8-GPU, 4-core job needs bg's GPUs and bc's cores. b is above its GPU quota but
+    # holds exactly its deserved 8 cores: bc frees no GPU and is within b's CPU share, so
+    # it is no victim, and without it a1 cannot start: nothing is evicted in vain.
+    w = _gpu_and_cpu_holder(b_cpu=8000)
+    got = w.at(10, job("a1", "a", gpus=8, cpu=4000))
+    assert preempted(got) == []
+    assert w.status("bc") != "pending" and w.status("bg") != "pending"
+
+
+def test_a_cpu_only_job_above_its_queue_s_cpu_quota_gives_way_to_a_gpu_job() -> None:
+    # The same, but b deserves no CPU: its 8 cores are above its CPU quota, so bc may go
+    # for the cores a1 asks for, and bg for its GPUs.
+    w = _gpu_and_cpu_holder(b_cpu=0)
+    got = w.at(10, job("a1", "a", gpus=8, cpu=4000))
+    assert sorted(preempted(got)) == [("bc", "reclaim", "a1"), ("bg", "reclaim", "a1")]
+    assert "a1" in allocated(got)
+
+
+_MIXED = st.lists(
+    st.tuples(st.sampled_from("ab"), st.sampled_from([0, 1, 4]), st.sampled_from([0, 2000, 6000])),
+    min_size=1,
+    max_size=8,
+)
+
+
+# b above its GPU quota holds CPU-only jobs within its CPU quota; a's mixed job needs
+# their cores: they are no free victims.
+@example(
+    [("b", 4, 0), ("b", 4, 0), ("b", 4, 0), ("a", 0, 6000), ("b", 0, 6000), ("b", 0, 2000)],
+    [("a", 4, 6000)],
+)
+@settings(max_examples=60, deadline=None)
+@given(_MIXED, _MIXED)
+def test_every_reclaim_victim_frees_a_resource_its_queue_holds_above_its_share(
+    first, later
+) -> None:  # type: ignore[no-untyped-def]
+    # GPU, CPU and mixed jobs of two queues on two 8-GPU, 8-core nodes. Whatever reclaim
+    # takes, each victim holds a resource the job it makes room for asks for, of which
+    # the victim's queue held more than its deserved quota or its fair share.
+    w = World(node("n1", cpu=8000), node("n2", cpu=8000),
+              queue("a", deserved=4, cpu=4000), queue("b", deserved=4, cpu=8000, weight=3))  # fmt: skip
+
+    def jobs(batch, tag):  # type: ignore[no-untyped-def]
+        return [job(f"{tag}{k}", q, gpus=g, cpu=c) for k, (q, g, c) in enumerate(batch) if g or c]
+
+    w.at(0, *jobs(first, "f"))
+    for j in list(w.state.jobs):
+        if w.state.jobs[j].placements:
+            w.start(1, j)
+    arrivals = jobs(later, "l")
+    before = copy.deepcopy(w.state)  # the shares the cycle at t=10 divides
+    for event in arrivals:
+        apply(before, event, 10_000)
+    shares = fair_shares(before)
+    got = w.at(10, *arrivals)
+    for victim, rule, by in preempted(got):
+        if rule != "reclaim":
+            continue
+        held, asked = w.state.jobs[victim].request, w.state.jobs[by].request
+        q = before.queues[w.state.jobs[victim].queue]
+        above = [
+            r
+            for r in range(3)
+            if held[r] > 0
+            and asked[r] > 0
+            and q.allocated[r] > min(shares.deserved[q.name][r], shares.fair[q.name][r])
+        ]
+        assert above, (victim, by)
+
+
+def test_a_gpu_job_over_its_gpu_share_takes_no_gpus_on_the_strength_of_its_cpu_share() -> None:
+    # a holds its 8 deserved GPUs and asks for 8 more with 1 core; it is within its CPU
+    # share, but beyond its GPU quota and fair share: b's GPU job stays.
+    w = World(node("n1", cpu=8000), node("n2", cpu=8000),
+              queue("a", deserved=8, cpu=16000, weight=0), queue("b", weight=1))  # fmt: skip
+    w.at(0, job("a0", "a", gpus=8), job("b1", "b", gpus=8, cpu=1000))
+    w.start(1, "a0")
+    w.start(1, "b1")
+    assert preempted(w.at(10, job("a1", "a", gpus=8, cpu=1000))) == []

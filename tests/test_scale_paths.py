@@ -34,7 +34,7 @@ def _by_fair_share(
     """Fair-share reclaim in its plain form: may ``mine`` (gaining ``need``) take
     ``taking`` GPUs in all from ``theirs``? Their saturation after the move stays at least
     mine; a queue with no fair share is saturated whatever it holds."""
-    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
+    their_alloc = shares.held_before(theirs, 0)
     their_fair = shares.fair[theirs.name][0]
     if not (by_fair_share and their_alloc > their_fair) or taking > their_alloc:
         return False
@@ -48,7 +48,7 @@ def _by_fair_share(
 def _by_quota(shares: Shares, theirs: Queue, taken_before: int, by_quota: bool) -> bool:
     """Quota reclaim in its plain form: is ``theirs`` still above its deserved quota when a
     victim is picked after ``taken_before`` GPUs were taken from it?"""
-    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
+    their_alloc = shares.held_before(theirs, 0)
     return by_quota and their_alloc - taken_before > shares.deserved[theirs.name][0]
 
 
@@ -72,7 +72,7 @@ def test_most_taken_is_where_may_take_stops_holding(
         fair={"mine": [mine_fair, 0, 0], "theirs": [their_fair, 0, 0]},
         deserved={"mine": [0, 0, 0], "theirs": [their_deserved, 0, 0]},
         demand={},
-        placed={"theirs": placed},
+        placed={"theirs": [placed, 0, 0]},
     )
     taker = victims.Reclaimer(mine, need, by_fair_share, by_quota)
     fair, above = victims.most_taken(shares, taker, mine, theirs)

@@ -3,7 +3,8 @@
 ``queue_order`` ranks the leaf queues (KAI-Scheduler's order); ``admission_reason`` says
 why a job may not start now however much room there is: a queue's limit (the one limit
 check, ``over_limit``, also serves the never-fits rule) or, for non-preemptible work,
-its deserved quota.
+its deserved quota. ``limit_excess`` says how much a job held back by a limit would have
+to preempt from its own queue to start within every limit.
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ def over_limit(
     return None
 
 
+def limit_excess(state: State, leaf: str, request: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Per resource, the most by which ``request`` on top of what is held would exceed a
+    limit of the leaf or an ancestor (0: within every limit). Jobs evicted from the leaf
+    leave every ancestor, so evicting this much from the leaf brings every limit back
+    within bounds."""
+    excess = [0, 0, 0]
+    for q in state.ancestors(leaf):
+        for resource in range(RESOURCES):
+            limit = limit_of(q, resource)
+            if bounded(limit):
+                over = q.allocated[resource] + request[resource] - limit
+                excess[resource] = max(excess[resource], over)
+    return excess[0], excess[1], excess[2]
+
+
 def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
     """Why the job may not start now whatever the room (None: it may)."""
     hit = over_limit(state, queue.name, job.request, in_use=True)
@@ -71,6 +87,12 @@ def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> st
             f"{amount(resource, limit)} {UNITS[resource]} in use, "
             f"job needs {amount(resource, job.request[resource])}"
         )
+    return quota_reason(state, queue, job, shares)
+
+
+def quota_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
+    """Why a non-preemptible job may not start within its deserved quota (None: it may,
+    or the job is preemptible)."""
     if not job.preemptible:
         # Only non-preemptible work counts against the quota here: preemptible jobs of
         # the same queue can be preempted to make room.

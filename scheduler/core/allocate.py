@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
-from scheduler.core.admission import admission_reason, limited, queue_order
+from scheduler.core.admission import admission_reason, limited, queue_order, quota_reason
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.placement import Statement, binpack_score, spread_score
 from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
-from scheduler.core.running import held_gpu
+from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, Job, Node, Queue, State
 from scheduler.core.victims import Victims, make_room, preemption
@@ -53,12 +53,7 @@ def allocate(state: State, emit: Emit) -> None:
         if queue.name in s.blocked and _no_room_left(s, queue):
             s.done[queue.name] = None  # nothing behind the blocked head could be placed
             continue
-        reason = (
-            admission_reason(state, queue, job, s.shares)
-            if s.limited[queue.name] or not job.preemptible
-            else None
-        )
-        tried = "failed" if reason is not None else _try_job(s, queue, job, head=head)
+        tried, reason = _admit(s, queue, job, head=head)
         if tried == "placed":
             _placed(s, job)
             continue  # the job left pending; the same index is now the next job
@@ -70,6 +65,22 @@ def allocate(state: State, emit: Emit) -> None:
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+
+
+def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, str | None]:
+    """Admit and try the job: what came of it, and why admission held it back (None: it
+    did not). A head held back only by a limit may still start by preempting
+    lower-priority jobs of its own queue that bring every limit back within bounds."""
+    state = s.state
+    if not s.limited[queue.name] and job.preemptible:
+        return _try_job(s, queue, job, head=head), None
+    reason = admission_reason(state, queue, job, s.shares)
+    if reason is None:
+        return _try_job(s, queue, job, head=head), None
+    if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
+        return "failed", reason
+    tried = _try_preempting(s, queue, job)
+    return tried, (None if tried == "placed" else reason)
 
 
 def _next_queue(s: Session) -> Queue | None:
@@ -109,11 +120,13 @@ def _no_room_left(s: Session, queue: Queue) -> bool:
 
 
 def _placed(s: Session, job: Job) -> None:
-    """Count the job's GPUs as placed this cycle up its queue's chain, and drop what the
+    """Count the job's resources as placed this cycle up its queue's chain, and drop what the
     placement made stale: the queue order and the reservations planned by shape."""
-    held = held_gpu(job)
+    held = held_resources(job)
     for q in s.state.ancestors(job.queue):
-        s.shares.placed[q.name] = s.shares.placed.get(q.name, 0) + held
+        row = s.shares.placed.setdefault(q.name, [0, 0, 0])
+        for resource, amount in enumerate(held):
+            row[resource] += amount
     s.ranked = []
     s.planned.clear()
     s.free_gpu = None
@@ -199,6 +212,23 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     if plan is None:
         return "failed"
     _commit(s, job, plan)
+    return "placed"
+
+
+def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
+    """A head held back by a limit: it starts only by preempting lower-priority jobs of
+    its own queue that bring every limit back within bounds and make room
+    (``victims.make_room``; never on free capacity alone, which would take the queue
+    over its limit)."""
+    state = s.state
+    allowed = blocked_nodes(state, job, s.reservations)
+    with Statement(
+        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+    ) as stmt:
+        placements, evicted = make_room(s, queue, job, stmt, allowed)
+    if placements is None:
+        return "failed"
+    _commit(s, job, _Plan(placements, evicted))
     return "placed"
 
 

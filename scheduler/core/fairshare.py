@@ -89,9 +89,15 @@ class Shares:
     fair: dict[str, list[int]]
     deserved: dict[str, list[int]]
     demand: dict[str, list[int]]
-    placed: dict[str, int] = field(default_factory=dict)
-    """GPU milli placed in each queue (and its ancestors) during this cycle: borrowing
-    done in a cycle is not grounds for reclaiming from the same queue in that cycle."""
+    placed: dict[str, list[int]] = field(default_factory=dict)
+    """``[gpu_milli, cpu_milli, memory_mib]`` placed in each queue (and its ancestors)
+    during this cycle: borrowing done in a cycle is not grounds for reclaiming from the
+    same queue in that cycle."""
+
+    def held_before(self, queue: Queue, resource: int) -> int:
+        """What ``queue`` held of ``resource`` before this cycle's placements."""
+        placed = self.placed.get(queue.name)
+        return queue.allocated[resource] - (placed[resource] if placed else 0)
 
 
 def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Shares:

@@ -56,6 +56,19 @@ def held_gpu(job: Job) -> int:
     return total
 
 
+def held_resources(job: Job) -> tuple[int, int, int]:
+    """[gpu_milli, cpu_milli, memory_mib] of the job's pods that have not finished: what
+    its queue's allocation would lose were it evicted."""
+    gpu = cpu = memory = 0
+    specs = {p.name: p for p in job.pods}
+    for placement in job.live():
+        spec = specs[placement.pod]
+        gpu += sum(slot.milli for slot in placement.gpus)
+        cpu += spec.cpu_milli
+        memory += spec.memory_mib
+    return gpu, cpu, memory
+
+
 def gpu_spots(job: Job) -> tuple[tuple[str, int], ...]:
     """(node, milli-GPUs) of each of the job's pods that holds GPUs and has not finished."""
     finished = job.finished

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
+from scheduler.core.admission import limit_excess
 from scheduler.core.apply import lost_work
-from scheduler.core.fairshare import Shares
+from scheduler.core.fairshare import RESOURCES, Shares, capacity
 from scheduler.core.placement import Statement, gang_demand, may_fit
-from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu
+from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu, held_resources
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State
 
 if TYPE_CHECKING:
@@ -162,14 +163,22 @@ def preempt_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
 
 @dataclass(frozen=True, slots=True)
 class Reclaimer:
-    """The queue reclaiming for a job of ``need`` milli-GPUs, and by which strategies:
-    fair-share reclaim (it stays within its fair share) and quota reclaim (within its
-    deserved quota)."""
+    """The queue reclaiming ``need`` of one resource (0 GPU, 1 CPU, 2 memory) for a job,
+    and by which strategies: fair-share reclaim (it stays within its fair share of that
+    resource) and quota reclaim (within its deserved quota of it)."""
 
     queue: Queue
     need: int
     by_fair_share: bool
     by_quota: bool
+    resource: int = 0
+
+
+def reclaim_resources(state: State, job: Job) -> tuple[int, ...]:
+    """The resources reclaim judges for ``job``: those it asks for that the cluster's
+    nodes model (a resource no node has a capacity for is never short)."""
+    total = capacity(state)
+    return tuple(r for r in range(RESOURCES) if job.request[r] > 0 and total[r] > 0)
 
 
 def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
@@ -182,52 +191,73 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
     deserved quota and takes only from queues above their deserved quota. Both checks hold
     at the leaves and again where the two queues' branches meet (the siblings below their
     lowest common ancestor), so a subtree is not drained below its own share.
+
+    Each resource the job asks for is judged on its own (``reclaim_resources``), and a
+    victim by what it frees of them (``_judged``): its GPUs when it holds GPUs the job
+    asks for, else the CPU and memory it holds that the job asks for. A victim freeing
+    nothing the job asks for is never taken. A job asking for GPUs reclaims only while
+    its queue stays within its GPU fair share or quota (so GPUs are never taken back on
+    the strength of a CPU or memory share); CPU and memory it asks for are reclaimed,
+    from jobs holding no GPU, only where its queue stays within its share of them.
     """
     shares = s.shares
-    need = job.request[0]
-    taker = Reclaimer(
-        queue,
-        need,
-        by_fair_share=queue.allocated[0] + need <= shares.fair[queue.name][0],
-        by_quota=queue.allocated[0] + need <= shares.deserved[queue.name][0],
-    )
-    if not (taker.by_fair_share or taker.by_quota):
+    takers: list[Reclaimer] = []
+    for r in reclaim_resources(s.state, job):
+        need = job.request[r]
+        takers.append(
+            Reclaimer(
+                queue,
+                need,
+                by_fair_share=queue.allocated[r] + need <= shares.fair[queue.name][r],
+                by_quota=queue.allocated[r] + need <= shares.deserved[queue.name][r],
+                resource=r,
+            )
+        )
+    if any(t.resource == 0 and not (t.by_fair_share or t.by_quota) for t in takers):
+        return []  # GPUs are taken back only within the job's queue's GPU share
+    takers = [t for t in takers if t.by_fair_share or t.by_quota]
+    if not takers:
         return []
-    # Per giver leaf, the levels checked ((queue taken from, most it may give) at the leaf
-    # and where the branches meet), solved for the amount taken once per queue.
+    # Per giver leaf, the levels checked ((queue taken from, resource, most it may give)
+    # at the leaf and where the branches meet), solved for the amount taken once per queue.
     levels_of: dict[str, list[Level]] = {}
-    for leaf in _givers(s.state, shares, taker):
+    for leaf in _givers(s.state, shares, takers):
         pairs = [(queue, s.state.queues[leaf])]
         branches = _lowest_common_children(s.state, queue.name, leaf)
         if branches is not None and branches[0] is not queue:
             pairs.append(branches)
         levels_of[leaf] = [
-            (theirs.name, *most_taken(shares, taker, mine, theirs)) for mine, theirs in pairs
+            (theirs.name, t.resource, *most_taken(shares, t, mine, theirs))
+            for mine, theirs in pairs
+            for t in takers
         ]
     if not levels_of:
         return []
-    return _take_in_order(s, levels_of)
+    return _take_in_order(s, levels_of, tuple(t.resource for t in takers))
 
 
-def _givers(state: State, shares: Shares, taker: Reclaimer) -> list[str]:
-    """The other active leaves above their fair share or quota (as the taker's strategies
-    ask): a leaf above neither can give nothing, the leaf-level check refusing each of its
-    jobs anyway."""
+def _givers(state: State, shares: Shares, takers: list[Reclaimer]) -> list[str]:
+    """The other active leaves above their fair share or quota of a resource reclaimed (as
+    the taker's strategies for it ask): a leaf above neither can give nothing, the
+    leaf-level check refusing each of its jobs anyway."""
     givers: list[str] = []
+    name = takers[0].queue.name
     for other in state.leaf_queues():
-        if other.name == taker.queue.name or not other.active:
+        if other.name == name or not other.active:
             continue
-        held = other.allocated[0] - shares.placed.get(other.name, 0)
-        over_fair = taker.by_fair_share and held > shares.fair[other.name][0]
-        over_quota = taker.by_quota and held > shares.deserved[other.name][0]
-        if over_fair or over_quota:
-            givers.append(other.name)
+        for t in takers:
+            held = shares.held_before(other, t.resource)
+            over_fair = t.by_fair_share and held > shares.fair[other.name][t.resource]
+            over_quota = t.by_quota and held > shares.deserved[other.name][t.resource]
+            if over_fair or over_quota:
+                givers.append(other.name)
+                break
     return givers
 
 
-Level = tuple[str, int, int]
-"""A queue reclaim takes from, at a leaf or where the branches meet, with its two bounds
-from ``most_taken``."""
+Level = tuple[str, int, int, int]
+"""A queue reclaim takes from, at a leaf or where the branches meet, the resource judged,
+and its two bounds from ``most_taken``."""
 
 
 _Stream = tuple[VictimItem, int, Iterator[VictimItem], list[Level], int]
@@ -235,47 +265,75 @@ _Stream = tuple[VictimItem, int, Iterator[VictimItem], list[Level], int]
 -1, the rest of it, the giver's levels, the giver's reclaim min-runtime)."""
 
 
-def _take_in_order(s: Session, levels_of: dict[str, list[Level]]) -> list[Job]:
+def _judged(item: VictimItem, reclaimed: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """What a victim frees that reclaim judges, per resource (0 where not judged), or
+    None when it frees nothing of the ``reclaimed`` resources. A victim holding GPUs a GPU
+    job asks for is judged by its GPUs alone, as the queue order is; one holding none by
+    the CPU and memory it holds that the job asks for."""
+    gpu = item[5]
+    if gpu > 0 and 0 in reclaimed:
+        return gpu, 0, 0
+    held = held_resources(item[4])
+    judged = (0, held[1] if 1 in reclaimed else 0, held[2] if 2 in reclaimed else 0)
+    return judged if any(judged) else None
+
+
+def _take_in_order(
+    s: Session, levels_of: dict[str, list[Level]], reclaimed: tuple[int, ...]
+) -> list[Job]:
     """The givers' victims in order, merged from their streams, each taken while every
-    level it counts against still has room for it. A stream whose jobs all hold more GPUs
-    than their queue may still give is dropped: budgets only shrink, so none of its jobs
-    could be taken any more (reading on would refuse each of them)."""
+    level it counts against still has room for it. A stream whose jobs all hold the same
+    GPUs, judged by GPU, is dropped once they hold more than their queue may still give:
+    budgets only shrink, so none of its jobs could be taken any more (reading on would
+    refuse each of them)."""
     state = s.state
-    taken = {level[0]: 0 for levels in levels_of.values() for level in levels}
+    taken = {(level[0], level[1]): 0 for levels in levels_of.values() for level in levels}
     heap: list[_Stream] = []
     for leaf, levels in levels_of.items():
         floor = min_runtime(state, leaf, "reclaim")
         for same, stream in s.victims.streams(leaf):
             first = next(stream, None)
             if first is not None:
-                heap.append((first, -1 if same is None else same, stream, levels, floor))
+                shortcut = -1 if same is None or same <= 0 or 0 not in reclaimed else same
+                heap.append((first, shortcut, stream, levels, floor))
     heapq.heapify(heap)
     allowed: list[Job] = []
     now = state.now
     while heap:
         item, same, stream, levels, floor = heap[0]
-        victim, held = item[4], item[5]
+        victim = item[4]
+        judged = _judged(item, reclaimed) if victim.status in ACTIVE else None
         if (
-            victim.status in ACTIVE
+            judged is not None
             and not protected(victim, now, floor)
             and not recently_reclaimed(state, victim)
-            and _within(levels, taken, held)
+            and _within(levels, taken, judged)
         ):
-            for level in levels:
-                taken[level[0]] += held
+            for name, resource, _, _ in levels:
+                taken[(name, resource)] += judged[resource]
             allowed.append(victim)
         following = next(stream, None)
-        if following is not None and same >= 0 and not _within(levels, taken, same):
+        if following is not None and same > 0 and not _within(levels, taken, (same, 0, 0)):
             following = None  # budgets only shrink: the stream has nothing more
         _advance(heap, following)
     return allowed
 
 
-def _within(levels: list[Level], taken: dict[str, int], held: int) -> bool:
-    """Whether every level may still give a victim holding ``held``: by fair share while
-    what is taken stays within its bound, or by quota while the queue is still above its
-    deserved quota when the victim is picked (``most_taken``)."""
-    return all(taken[name] + held <= fair or taken[name] < above for name, fair, above in levels)
+def _within(
+    levels: list[Level], taken: dict[tuple[str, int], int], held: tuple[int, int, int]
+) -> bool:
+    """Whether every level may still give a victim freeing ``held`` of the resources
+    judged: by fair share while what is taken stays within its bound, or by quota while
+    the queue is still above its deserved quota when the victim is picked
+    (``most_taken``). A level of a resource the victim frees none of is not asked."""
+    for name, resource, fair, above in levels:
+        amount = held[resource]
+        if amount <= 0:
+            continue
+        already = taken[(name, resource)]
+        if not (already + amount <= fair or already < above):
+            return False
+    return True
 
 
 def _advance(heap: list[_Stream], following: VictimItem | None) -> None:
@@ -301,7 +359,8 @@ def _lowest_common_children(state: State, a: str, b: str) -> tuple[Queue, Queue]
 
 
 def most_taken(shares: Shares, taker: Reclaimer, mine: Queue, theirs: Queue) -> tuple[int, int]:
-    """How much ``mine`` (gaining the taker's need) may take from ``theirs`` in one cycle:
+    """How much ``mine`` (gaining the taker's need) may take from ``theirs`` in one cycle,
+    of the taker's resource:
     (``fair``, ``above``). A victim holding h may be taken when what is already taken plus h
     is at most ``fair`` (fair-share reclaim), or when what is already taken is below
     ``above`` (quota reclaim: the queue is still above its deserved quota when the victim
@@ -313,18 +372,19 @@ def most_taken(shares: Shares, taker: Reclaimer, mine: Queue, theirs: Queue) -> 
     (mine + need) / my fair share; a queue whose fair share is 0 is saturated however
     little it holds, so all of it may go (``tests/test_scale_paths.py`` holds the plain
     form). ``mine`` is the taker's leaf, or its side of where the branches meet."""
-    their_alloc = theirs.allocated[0] - shares.placed.get(theirs.name, 0)
-    deserved = shares.deserved[theirs.name][0]
+    r = taker.resource
+    their_alloc = shares.held_before(theirs, r)
+    deserved = shares.deserved[theirs.name][r]
     above = their_alloc - deserved if taker.by_quota and their_alloc > deserved else -1
     fair = -1
-    their_fair = shares.fair[theirs.name][0]
+    their_fair = shares.fair[theirs.name][r]
     if taker.by_fair_share and their_alloc > their_fair:
         if their_fair <= 0:
             fair = their_alloc
         else:
             # (their_alloc - taken) * mine_fair >= (mine + need) * their_fair, for integers
-            after_mine = mine.allocated[0] + taker.need
-            mine_fair = max(shares.fair[mine.name][0], 1)
+            after_mine = mine.allocated[r] + taker.need
+            mine_fair = max(shares.fair[mine.name][r], 1)
             fair = their_alloc - -(-(after_mine * their_fair) // mine_fair)
     return fair, above
 
@@ -349,6 +409,8 @@ RULES: tuple[Rule, ...] = (
 
 # --------------------------------------------------------------------------- making room
 
+_NONE = (0, 0, 0)
+
 
 @dataclass(slots=True)
 class _Room:
@@ -362,6 +424,19 @@ class _Room:
     demand: list[tuple[int, int]]
     free: int
     """Milli-GPUs free now on the schedulable nodes."""
+    must_free: tuple[int, int, int] = (0, 0, 0)
+    """What the victims must hold together, per resource, for the job's queue and its
+    ancestors to stay within their limits (``admission.limit_excess``; 0: no bound)."""
+
+    def covers(self, victims: Iterable[Job]) -> bool:
+        """Whether evicting ``victims`` frees at least ``must_free`` of every resource."""
+        if not any(self.must_free):
+            return True
+        freed = [0, 0, 0]
+        for victim in victims:
+            for resource, amount in enumerate(held_resources(victim)):
+                freed[resource] += amount
+        return all(f >= m for f, m in zip(freed, self.must_free, strict=True))
 
     def could_fit(self, candidates: list[Job]) -> bool:
         """Could the gang fit at all were every candidate evicted? The victims' GPUs are
@@ -376,7 +451,7 @@ class _Room:
             for name, milli in self.victims.spots(victim) if spots is None else spots:
                 extra[name] = extra.get(name, 0) + milli
                 free += milli
-        if free < self.job.request[0]:
+        if free < self.job.request[0] or not self.covers(candidates):
             return False
         if self.stmt.index is None:
             return True
@@ -408,6 +483,8 @@ class _Room:
             free += self.victims.held_gpu(victim)
             if free < need or (stmt.index is not None and not may_fit(stmt.index, self.demand)):
                 continue  # cheap necessary conditions before a full gang placement
+            if not self.covers(candidates[:count]):
+                continue  # the queue would still be over a limit
             if wait > 0:
                 wait -= 1
                 continue
@@ -417,7 +494,7 @@ class _Room:
             # A gang that fits the counts but not yet the nodes is tried again after
             # 1, 2, 4, ... more victims: extra victims are dropped below, attempts are not.
             wait, step = step, step * 2
-        if wait > 0:
+        if wait > 0 and self.covers(candidates):
             placements = stmt.place_gang(self.job, skip=self.allowed)  # every one evicted
             if placements is not None:
                 return placements, candidates
@@ -426,11 +503,20 @@ class _Room:
 
 
 def make_room(
-    s: Session, queue: Queue, job: Job, stmt: Statement, allowed: dict[str, None] | None
+    s: Session,
+    queue: Queue,
+    job: Job,
+    stmt: Statement,
+    allowed: dict[str, None] | None,
 ) -> tuple[list[PodPlacement] | None, list[tuple[Job, str]]]:
     """Evict the fewest, cheapest victims that let the gang start; never in vain. Returns
-    the gang's placements (made in ``stmt``) and the victims with the rule taking each."""
+    the gang's placements (made in ``stmt``) and the victims with the rule taking each.
+
+    A job whose queue (or an ancestor) is at a limit (``admission.limit_excess``) makes
+    room only by ``preempt``, and its victims must hold together at least the excess of
+    each resource, so the queue and its ancestors end within their limits."""
     state = s.state
+    must_free = limit_excess(state, queue.name, job.request) if s.limited[queue.name] else _NONE
     room = _Room(
         state,
         s.victims,
@@ -439,9 +525,10 @@ def make_room(
         allowed,
         gang_demand(job, stmt.fractional),
         sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
+        must_free,
     )
     for rule in RULES:
-        if not rule.enabled(state.config):
+        if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
         candidates = rule.candidates(s, queue, job)
         budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
@@ -454,7 +541,7 @@ def make_room(
         if found is None:
             continue
         placements, chosen = found
-        kept = _needed_victims(state, chosen, placements)
+        kept = _needed_victims(state, chosen, placements, _spare(chosen, must_free))
         if budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget:
             stmt.rollback(point)  # the start would cost more work than the job has waited
             continue
@@ -462,13 +549,26 @@ def make_room(
     return None, []
 
 
-def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlacement]) -> list[Job]:
-    """Never more victims than the placement needs.
+def _spare(chosen: list[Job], must_free: tuple[int, int, int]) -> list[int]:
+    """Per resource, how much of what ``chosen`` hold may be given back with the limits
+    still kept (``make_room``'s ``must_free``; NEVER: no limit to keep)."""
+    spare = [NEVER, NEVER, NEVER]
+    for resource, needed in enumerate(must_free):
+        if needed > 0:
+            spare[resource] = sum(held_resources(v)[resource] for v in chosen) - needed
+    return spare
+
+
+def _needed_victims(
+    state: State, chosen: list[Job], placements: list[PodPlacement], spare: list[int]
+) -> list[Job]:
+    """Never more victims than the placement, and the limits, need.
 
     Called with every chosen victim evicted and the gang placed. Victims are given back
     their resources, dearest first, whenever the placement still fits beside them (on
-    the very devices and nodes it uses), so those kept are each needed by it: victims with
-    nothing under the gang's nodes always go back.
+    the very devices and nodes it uses) and ``spare`` (``_spare``) still covers what they
+    hold, so those kept are each needed by it or by a limit: victims with nothing under
+    the gang's nodes go back unless a limit needs them gone.
     """
     nodes = state.nodes
     free: dict[str, list[int]] = {}  # the gang's nodes, in placement order
@@ -479,10 +579,17 @@ def _needed_victims(state: State, chosen: list[Job], placements: list[PodPlaceme
     for victim in reversed(chosen):
         specs = {p.name: p for p in victim.pods}
         under = [(p, specs[p.pod]) for p in victim.live() if p.node in free]
+        holds = held_resources(victim)
+        if any(h > room for h, room in zip(holds, spare, strict=True)):
+            kept.append(victim)  # the queue would go back over a limit without it
+            continue
         _shift(free, under, -1)  # tentatively back on its nodes
         if any(_overcommitted(nodes[p.node], free[p.node]) for p, _ in under):
             _shift(free, under, 1)
             kept.append(victim)
+        else:
+            for resource, h in enumerate(holds):
+                spare[resource] -= h
     kept.reverse()
     return kept
 
