@@ -24,7 +24,6 @@ import msgspec
 import pytest
 
 from events.codec import Envelope, decode_envelope, encode_envelope, wrap
-from events.filelog import open_reader
 from events.kafkalog import (
     KafkaReader,
     KafkaSettings,
@@ -43,6 +42,7 @@ from events.model import (
     Resources,
     Tick,
 )
+from events.sources import open_reader
 from projections.projector import project
 from replay.verify import run as replay
 from scheduler.intake import read_dead_letters, send_events, send_intake

@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from events.filelog import open_reader
+from events.sources import open_reader
 from replay.inspect import state_at
 
 __all__ = ["Travel", "nodes_of"]

@@ -96,7 +96,8 @@ def _ingest(args: argparse.Namespace) -> int:
         if isinstance(intake, IntakeSink):
             intake.close()
         raise
-    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
 
     # The ledger to reconcile against: given, or on Kafka the deployment's own.
     source = args.ledger or (args.intake if _is_kafka(args.intake) else None)
