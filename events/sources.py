@@ -23,7 +23,8 @@ def open_reader(src: str | os.PathLike[str]) -> LedgerReader:
     ``LedgerError`` names the source when it is none of these (or Kafka refuses it)."""
     if isinstance(src, str) and src.startswith("kafka://"):
         # Imported here: aiokafka is needed only by those who read from Kafka.
-        from events.kafkalog import KafkaLogError, open_kafka_reader  # noqa: PLC0415
+        from events.kafka_security import KafkaLogError  # noqa: PLC0415
+        from events.kafkalog import open_kafka_reader  # noqa: PLC0415
 
         try:
             # Credentials and TLS come from the GPULEDGER_KAFKA_* environment.

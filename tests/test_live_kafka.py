@@ -24,14 +24,8 @@ import msgspec
 import pytest
 
 from events.codec import Envelope, decode_envelope, encode_envelope, wrap
-from events.kafkalog import (
-    KafkaReader,
-    KafkaSettings,
-    end_offset_of,
-    new_consumer,
-    read_records,
-    run_sync,
-)
+from events.kafka_admin import KafkaSettings, new_consumer, run_sync
+from events.kafkalog import KafkaReader, end_offset_of, read_records
 from events.model import (
     DECISION_TAGS,
     JobCancelled,

@@ -52,7 +52,7 @@ def _refuse_kafka(command: str, **where: str) -> None:
 
 def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
     """The ``kafka://`` deployment of ``--<flag>``, with the security flags and environment."""
-    from events.kafkalog import KafkaLogError  # noqa: PLC0415
+    from events.kafka_security import KafkaLogError  # noqa: PLC0415
     from scheduler.kube.transport import parse_deployment  # noqa: PLC0415
     from scheduler.live_cli import security_of  # noqa: PLC0415
 
@@ -67,7 +67,7 @@ def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        from events.kafkalog import KafkaLogError  # noqa: PLC0415
+        from events.kafka_security import KafkaLogError  # noqa: PLC0415
         from scheduler.kube.transport import SinkFenced  # noqa: PLC0415
 
         try:
