@@ -28,16 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from events.codec import decode_envelope, encode_envelope, wrap
-from events.kafkalog import (
+from events.kafka_admin import (
     DEFAULT_BOOTSTRAP,
     SNAPSHOT_MAX_BYTES,
-    KafkaLedger,
-    KafkaReader,
     KafkaSettings,
     ensure_topics,
     new_producer,
     run_sync,
 )
+from events.kafkalog import KafkaLedger, KafkaReader
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
 from scheduler.live_cli import send_events, send_intake

@@ -48,15 +48,15 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from events.codec import decode_envelope, encode_envelope, wrap
-from events.kafkalog import (
+from events.kafka_admin import (
     DEFAULT_BOOTSTRAP,
     KafkaSettings,
-    end_offset_of,
     ensure_topics,
     new_consumer,
     new_producer,
     run_sync,
 )
+from events.kafkalog import end_offset_of
 from events.model import (
     JobSubmitted,
     JobUnschedulable,

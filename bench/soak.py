@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from events.kafkalog import DEFAULT_BOOTSTRAP
+from events.kafka_admin import DEFAULT_BOOTSTRAP
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, Periodic, Poisson, QueuesFile, WorkloadFile, load
 from replay.examples import EXAMPLES

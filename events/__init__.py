@@ -1,4 +1,4 @@
-"""Event schemas, codecs and the logs (embedded file log; Kafka in a later module)."""
+"""Event schemas and codecs; the log port and its backends are modules of this package."""
 
 from events.codec import (
     DecodeError,

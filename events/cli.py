@@ -13,16 +13,11 @@ from typing import IO
 
 from events.clierror import CliError
 from events.codec import DecodeError, Envelope, to_json_line
-from events.filelog import (
-    FileLedger,
-    LedgerError,
-    export_jsonl,
-    import_jsonl,
-    open_reader,
-    verify,
-)
+from events.filelog import FileLedger, LedgerError, verify
+from events.jsonl import export_jsonl, import_jsonl
 from events.model import TAGS
 from events.port import LedgerReader
+from events.sources import open_reader
 
 
 def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:

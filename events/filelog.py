@@ -13,7 +13,8 @@ recovery and readers treat a batch as all-or-nothing: an append that was cut sho
 crash leaves no partial batch behind, and a reader never sees half an append.
 
 The payload is the msgpack encoding of the ``Envelope`` (``events.codec``). See
-docs/ledger.md for durability, recovery and the JSON Lines format.
+docs/ledger.md for durability and recovery. JSON Lines export and import are in
+``events.jsonl``; ``events.sources.open_reader`` opens a reader over any source.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -41,11 +42,7 @@ from events.codec import (
     decode_envelope,
     decode_event,
     encode_envelope,
-    from_json_line,
-    to_json_line,
 )
-from events.memlog import MemoryLedger
-from events.port import LedgerReader, LedgerWriter
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +72,6 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.seg$")
 # How many offsets past a bad frame are searched for intact records: a surviving batch end
 # there proves the bad frame was acknowledged data, not a torn write.
 _RESYNC_WINDOW = 256
-
-_IMPORT_BATCH = 4096
-_EXPORT_CHUNK = 1024
-
 
 # --------------------------------------------------------------------------- errors
 
@@ -757,37 +750,6 @@ def _follow_chunk(
     scan.expected = part.expected
 
 
-MemoryReader = MemoryLedger
-"""A JSON Lines source read whole is an in-memory ledger."""
-
-
-def open_reader(src: str | os.PathLike[str]) -> LedgerReader:
-    """A reader over a ledger directory, a JSON Lines export (``.jsonl``/``.json``) or a
-    Kafka ledger topic (``kafka://HOST:PORT/TOPIC?partition=N``)."""
-    if isinstance(src, str) and src.startswith("kafka://"):
-        # Imported here: aiokafka is needed only by those who read from Kafka.
-        from events.kafkalog import KafkaLogError, open_kafka_reader  # noqa: PLC0415
-
-        try:
-            # Credentials and TLS come from the GPULEDGER_KAFKA_* environment.
-            return open_kafka_reader(src)
-        except KafkaLogError as exc:  # bad security settings, refused credentials, no topic
-            raise LedgerError(str(exc)) from exc
-    path = Path(src)
-    if path.is_dir():
-        return LedgerDirReader(path)
-    if path.suffix in (".jsonl", ".json"):
-        try:
-            with open(path, "rb") as f:
-                envelopes = list(iter_jsonl(f, source_name=str(path)))
-        except FileNotFoundError:
-            raise LedgerError(f"{path}: no such file") from None
-        return MemoryReader(envelopes, name=str(path))
-    if not path.exists():
-        raise LedgerError(f"{path}: no such ledger directory or JSON Lines file")
-    raise LedgerError(f"{path}: neither a ledger directory nor a .jsonl/.json file")
-
-
 # --------------------------------------------------------------------------- verify
 
 
@@ -904,72 +866,6 @@ def _undecodable(payload: bytes, offset: int) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- JSON Lines
-
-
-def export_jsonl(
-    reader: LedgerReader, out: IO[bytes], start: int = 0, end: int | None = None
-) -> int:
-    """Write records ``start <= offset < end`` as JSON Lines; return how many."""
-    count = 0
-    chunk: list[bytes] = []
-    for off, env in reader.read(start, end):
-        chunk.append(to_json_line(off, env))
-        chunk.append(b"\n")
-        count += 1
-        if len(chunk) >= 2 * _EXPORT_CHUNK:
-            out.write(b"".join(chunk))
-            chunk.clear()
-    if chunk:
-        out.write(b"".join(chunk))
-    return count
-
-
-def iter_jsonl(lines: Iterable[bytes], *, source_name: str) -> Iterator[Envelope]:
-    """Parse JSON Lines rows (blank lines skipped); errors name ``source_name:line``."""
-    for lineno, line in enumerate(lines, 1):
-        if line.strip():
-            yield from_json_line(line, f"{source_name}:{lineno}")
-
-
-def import_jsonl(
-    in_file: IO[bytes],
-    writer: LedgerWriter,
-    *,
-    source_name: str,
-    batch_size: int = _IMPORT_BATCH,
-) -> int:
-    """Append every row of a JSON Lines export to ``writer``; return how many.
-
-    All rows are validated before the first append, so a bad line (``DecodeError`` naming
-    ``source_name:line``) appends nothing. A seekable input is read twice (validate, then
-    append in batches) to keep memory flat; a pipe is staged in memory.
-    """
-    if in_file.seekable():
-        origin = in_file.tell()
-        total = sum(1 for _ in iter_jsonl(in_file, source_name=source_name))
-        in_file.seek(origin)
-        rows: Iterable[Envelope] = iter_jsonl(in_file, source_name=source_name)
-    else:
-        staged = list(iter_jsonl(in_file, source_name=source_name))
-        total = len(staged)
-        rows = staged
-    count = 0
-    batch: list[Envelope] = []
-    for env in rows:
-        batch.append(env)
-        if len(batch) >= batch_size:
-            writer.append(batch)
-            count += len(batch)
-            batch = []
-    if batch:
-        writer.append(batch)
-        count += len(batch)
-    if count != total:
-        raise LedgerError(f"{source_name} changed while it was being imported")
-    return count
-
-
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
     "FORMAT_VERSION",
@@ -979,14 +875,9 @@ __all__ = [
     "LedgerDirReader",
     "LedgerError",
     "LedgerLocked",
-    "MemoryReader",
     "Problem",
     "TailRepair",
     "VerifyReport",
-    "export_jsonl",
-    "import_jsonl",
-    "iter_jsonl",
-    "open_reader",
     "segment_name",
     "verify",
 ]

@@ -246,7 +246,8 @@ def _project_or_follow(args: argparse.Namespace) -> int:
 
 def _open_ledger(source: str) -> LedgerReader:
     # Imported here: the file log is optional for every other sub-command.
-    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
 
     try:
         return open_reader(source)

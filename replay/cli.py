@@ -209,7 +209,7 @@ def _simulate(args: argparse.Namespace) -> int:
         print(render_table(monitor.rows(), list(monitor.rows()[0])))
     print(f"ledger: {ledger}")
     if args.db:
-        from events.filelog import open_reader  # noqa: PLC0415
+        from events.sources import open_reader  # noqa: PLC0415
         from projections.projector import project  # noqa: PLC0415
         from projections.report import REPORT_COLUMNS, render_table, tenant_report  # noqa: PLC0415
 
@@ -279,7 +279,8 @@ def _time_of(reader: Any, bound: tuple[str, int] | None) -> int | None:
 
 
 def _open(src: str) -> Any:
-    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
 
     try:
         return open_reader(src)
@@ -446,7 +447,7 @@ def _state(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from events.filelog import open_reader  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
     from projections.projector import project  # noqa: PLC0415
     from projections.report import compare_reports  # noqa: PLC0415
 

@@ -17,8 +17,12 @@ from scheduler.core.state import ACTIVE, PENDING, TERMINAL
 
 
 @dataclass(slots=True)
-class Snapshot:
-    """Readable rows of a state."""
+class StateView:
+    """A state as readable rows: what ``gpuledger state`` prints and the console shows.
+
+    Not a ``scheduler.snapshot.Snapshot`` (a stored state for restoring the scheduler):
+    this one is derived for people and never read back.
+    """
 
     headline: str
     queues: list[dict[str, object]] = field(default_factory=list)
@@ -49,18 +53,18 @@ def fold(reader: Any, bound: tuple[str, int] | None = None) -> tuple[State, int]
     return state, last
 
 
-def state_at(reader: Any, bound: tuple[str, int]) -> Snapshot:
+def state_at(reader: Any, bound: tuple[str, int]) -> StateView:
     """Fold the ledger up to an offset (exclusive) or a time (inclusive)."""
     return describe(*fold(reader, bound))
 
 
-def describe(state: State, last_offset: int) -> Snapshot:
+def describe(state: State, last_offset: int) -> StateView:
     """Queues with their shares, running jobs, pending jobs with their reasons."""
     shares = fair_shares(state)
     now = state.now
     capacity = sum(n.gpus for n in state.nodes.values() if not n.cordoned)
     used = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) // 1000
-    snap = Snapshot(
+    snap = StateView(
         headline=(
             f"at t={now / 1000:g}s (through offset {last_offset}): {len(state.nodes)} nodes, "
             f"{capacity} schedulable GPUs, {used} allocated; policy {state.policy} "

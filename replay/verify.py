@@ -3,7 +3,8 @@
 The ledger interleaves inputs with the decisions of the cycles that followed them; each
 cycle ends with ``CycleCompleted``. Replay folds the inputs, and where the ledger shows a
 cycle it runs ``cycle`` at that cycle's time and compares every produced decision with the
-recorded one, as msgpack envelope bytes. The first difference is reported with its
+recorded one, as msgpack envelope bytes (``scheduler.replayer.Replayer``, the comparator
+the scheduler's snapshot catch-up uses too). The first difference is reported with its
 offset and a readable diff; after it the states have diverged, so replay stops there.
 """
 
@@ -14,17 +15,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from events.codec import (
-    DecodeError,
-    UnknownEventType,
-    decode_event,
-    encode,
-    encode_envelope,
-    event_json,
-)
-from events.model import DECISION_TAGS, Event, PolicyConfigured
+from events.codec import event_json
+from events.model import Event
 from events.port import LedgerReader
-from scheduler.core import REVISION, State, apply, cycle
+from scheduler.core import REVISION, State
+from scheduler.replayer import Divergence, Replayer
 
 
 @dataclass(slots=True)
@@ -78,63 +73,37 @@ def run(
 ) -> ReplayResult:
     """Replay ``reader`` and verify its decisions; see the module docstring."""
     result = ReplayResult()
-    state = result.state
-    produced: list[Event] = []
-    produced_at = 0
-    index = 0  # next produced decision to compare
-    in_cycle = False
     # The state at ``start`` can only be rebuilt by replaying what came before it, so
     # replay always begins at offset 0; ``start`` says where comparing begins.
+    replayer = Replayer(result.state, compare_from=start)
+    divergence: Divergence | None = None
     for offset, env in reader.read(0, end):
-        result.records += 1
-        if progress is not None and result.records % 100_000 == 0:
-            progress(result.records)
-        try:
-            event = decode_event(env, offset)
-        except UnknownEventType:
-            result.skipped.append(offset)
-            continue
-        except DecodeError:
-            raise
-        if env.type in DECISION_TAGS:
-            result.decisions += 1
-            if not in_cycle:
-                produced = cycle(state, env.at)
-                produced_at = state.now
-                index = 0
-                in_cycle = True
-                result.cycles += 1
-            expected_bytes = encode_envelope(env)
-            got = produced[index] if index < len(produced) else None
-            got_bytes = encode(got, produced_at) if got is not None else b""
-            if got_bytes != expected_bytes and offset >= start:
-                result.mismatch = Mismatch(
-                    offset=offset,
-                    expected=event_json(event).decode(),
-                    produced=event_json(got).decode() if got is not None else "",
-                )
-                return result
-            index += 1
-            if env.type == "cycle_completed":
-                in_cycle = False
-            continue
-        if in_cycle:
-            # The ledger ended a cycle early: the replayed cycle produced more decisions.
-            if offset >= start:
-                result.mismatch = _extra(produced, index, offset)
-                return result
-            in_cycle = False
-        result.inputs += 1
-        if isinstance(event, PolicyConfigured) and event.revision != REVISION:
-            result.revision_note = (
-                f"note: offset {offset} was written by policy revision {event.revision}; this "
-                f"core implements revision {REVISION}, so decisions may legitimately differ"
-            )
-        apply(state, event, env.at)
-    if in_cycle and index < len(produced):
-        result.mismatch = _extra(produced, index, -1)
+        divergence = replayer.feed(offset, env)
+        if divergence is not None:
+            break
+        if progress is not None and replayer.records % 100_000 == 0:
+            progress(replayer.records)
+    else:
+        divergence = replayer.finish()
+    result.records = replayer.records
+    result.inputs = replayer.inputs
+    result.decisions = replayer.decisions
+    result.cycles = replayer.cycles
+    result.skipped = replayer.skipped
+    if replayer.other_revision is not None:
+        offset, revision = replayer.other_revision
+        result.revision_note = (
+            f"note: offset {offset} was written by policy revision {revision}; this "
+            f"core implements revision {REVISION}, so decisions may legitimately differ"
+        )
+    if divergence is not None:
+        result.mismatch = Mismatch(
+            offset=divergence.offset,
+            expected=_json(divergence.expected),
+            produced=_json(divergence.produced),
+        )
     return result
 
 
-def _extra(produced: list[Event], index: int, offset: int) -> Mismatch:
-    return Mismatch(offset=offset, expected="", produced=event_json(produced[index]).decode())
+def _json(event: Event | None) -> str:
+    return event_json(event).decode() if event is not None else ""

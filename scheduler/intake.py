@@ -11,16 +11,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from events.codec import Envelope, encode_envelope, wrap
-from events.kafkalog import (
+from events.kafka_admin import (
     KafkaSettings,
-    end_offset_of,
     ensure_topics,
     new_consumer,
     new_producer,
-    read_records,
     run_sync,
     start_client,
 )
+from events.kafkalog import end_offset_of, read_records
 from events.model import Event
 
 

@@ -19,16 +19,8 @@ from typing import NoReturn
 import msgspec
 
 from events.clierror import CliError
-from events.kafkalog import (
-    DEFAULT_BOOTSTRAP,
-    DEFAULT_DOMAIN,
-    DEFAULT_PREFIX,
-    SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
-    KafkaLogError,
-    KafkaSecurity,
-    KafkaSettings,
-)
+from events.kafka_admin import DEFAULT_BOOTSTRAP, DEFAULT_DOMAIN, DEFAULT_PREFIX, KafkaSettings
+from events.kafka_security import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaLogError, KafkaSecurity
 from events.model import Event, JobSubmitted, Tick
 from scheduler.intake import read_dead_letters, send_events, send_intake
 

@@ -65,16 +65,15 @@ from events.codec import (
     decode_envelope,
     encode_envelope,
 )
-from events.kafkalog import (
+from events.kafka_admin import (
     SNAPSHOT_MAX_BYTES,
     KafkaSettings,
-    end_offset_of,
     ensure_topics,
     new_consumer,
     new_producer,
-    read_records,
     start_client,
 )
+from events.kafkalog import end_offset_of, read_records
 from events.localfiles import wall_ms
 from events.model import PodsAllocated, tag_of
 from scheduler.core import State, fair_shares

@@ -13,11 +13,10 @@ still read, and its ended jobs are moved to ``ended`` as the core would have
 (``retire_ended``). Any other format is refused with ``SnapshotError``, on which the
 service replays the whole ledger instead.
 
-Catching up re-runs the tail exactly as replay does, through the runtime step every runner
-uses (``Runtime.take`` for inputs, ``Runtime.run_cycle`` where the ledger shows a cycle),
-because a cycle also updates bookkeeping its decisions do not carry (fair-share usage,
-wake-up times, the "fresh" list); the decisions it produces are compared with the recorded
-ones, so a snapshot that does not fit its ledger is caught.
+Catching up re-runs the tail with replay's own comparator (``scheduler.replayer.Replayer``:
+the runtime step for inputs, a re-run cycle where the ledger shows one, because a cycle
+also updates bookkeeping its decisions do not carry), and the decisions it produces are
+compared with the recorded ones, so a snapshot that does not fit its ledger is caught.
 """
 
 from __future__ import annotations
@@ -28,17 +27,9 @@ from typing import Any
 
 import msgspec
 
-from events.codec import (
-    DecodeError,
-    Envelope,
-    UnknownEventType,
-    decode_event,
-    encode,
-    encode_envelope,
-)
-from events.model import DECISION_TAGS
+from events.codec import DecodeError, Envelope
 from scheduler.core import State, retire_ended
-from scheduler.runtime import Runtime
+from scheduler.replayer import Replayer
 
 SNAPSHOT_FORMAT = 2
 """2: the state keeps ended jobs as ``State.ended`` codes. 1: every job whole (migrated)."""
@@ -145,44 +136,39 @@ class CatchUp:
 
     def __init__(self, state: State) -> None:
         """Continue from ``state``."""
-        # The ledger's inputs were validated when they were taken: none is refused again.
-        self.runtime = Runtime(state, validating=False)
-        self.records = 0
-        self._produced: list[bytes] = []
-        self._index = 0
-        self.pending = False
+        self.replayer = Replayer(state)
 
     def feed(self, offset: int, env: Envelope) -> None:
         """Fold one record; ``SnapshotError`` when a decision is not what the cycle makes."""
-        self.records += 1
         try:
-            event = decode_event(env, offset)
-        except UnknownEventType:
-            return  # a newer writer's type: replay parks it too
+            divergence = self.replayer.feed(offset, env)
         except DecodeError as exc:
             raise SnapshotError(str(exc)) from exc
-        state = self.state
-        if env.type in DECISION_TAGS:
-            if not self.pending:
-                self._produced = [encode(d, state.now) for d in self.runtime.run_cycle(env.at)]
-                self._index = 0
-                self.pending = True
-            got = self._produced[self._index] if self._index < len(self._produced) else b""
-            if got != encode_envelope(env):
-                raise SnapshotError(
-                    f"offset {offset}: the ledger's {env.type} is not what the cycle produced; "
-                    "the snapshot does not belong to this ledger or the policy changed"
-                )
-            self._index += 1
-            if env.type == "cycle_completed":
-                self.pending = False
-            return
-        self.runtime.take([(event, env.at)], env.at)
+        if divergence is not None:
+            what = (
+                f"the ledger's {env.type} is not what the cycle produced"
+                if divergence.expected is not None
+                else "the ledger ends a cycle that made more decisions"
+            )
+            raise SnapshotError(
+                f"offset {offset}: {what}; "
+                "the snapshot does not belong to this ledger or the policy changed"
+            )
+
+    @property
+    def records(self) -> int:
+        """Ledger records fed so far."""
+        return self.replayer.records
+
+    @property
+    def pending(self) -> bool:
+        """True while a cycle's decisions are only partly seen."""
+        return self.replayer.pending
 
     @property
     def state(self) -> State:
         """The state caught up so far."""
-        return self.runtime.state
+        return self.replayer.state
 
     def feed_all(self, records: Iterable[tuple[int, Envelope]]) -> State:
         """Fold every record; return the state."""

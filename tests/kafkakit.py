@@ -15,14 +15,8 @@ from pathlib import Path
 import hypothesis  # noqa: F401  # imported before the clients' thread starts: see kafka()
 import pytest
 
-from events.kafkalog import (
-    DEFAULT_BOOTSTRAP,
-    KafkaSecurity,
-    KafkaSettings,
-    ensure_topics,
-    run_sync,
-    shutdown,
-)
+from events.kafka_admin import DEFAULT_BOOTSTRAP, KafkaSettings, ensure_topics, run_sync, shutdown
+from events.kafka_security import KafkaSecurity
 
 ROOT = Path(__file__).resolve().parent.parent
 SASL_USER = "gpuledger"

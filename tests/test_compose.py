@@ -107,7 +107,7 @@ def _interpolate(value: str, env: dict[str, str]) -> str:
 def test_kafka_clients_take_security_settings_and_mounted_secrets(tmp_path: Path) -> None:
     """Every service that talks to Kafka gets the GPULEDGER_KAFKA_* settings and the secrets
     directory; unset, they mean PLAINTEXT; set, they reach KafkaSecurity as given."""
-    from events.kafkalog import ENV_PREFIX, KafkaSecurity
+    from events.kafka_security import ENV_PREFIX, KafkaSecurity
 
     svc = services()
     kafka_clients = [n for n, s in svc.items() if "kafka:9092" in str(s.get("command"))]

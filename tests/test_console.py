@@ -27,8 +27,9 @@ import duckdb
 import pytest
 
 from events.codec import wrap
-from events.filelog import FileLedger, open_reader
+from events.filelog import FileLedger
 from events.model import JobSubmitted, PodSpec, QueueConfigured, Resources
+from events.sources import open_reader
 from projections.projector import project
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events.filelog import open_reader
+from events.sources import open_reader
 from projections.console import queries
 from projections.projector import project
 

@@ -31,14 +31,13 @@ from events.filelog import (
     LedgerDirReader,
     LedgerError,
     LedgerLocked,
-    MemoryReader,
-    export_jsonl,
-    import_jsonl,
-    open_reader,
     segment_name,
     verify,
 )
+from events.jsonl import export_jsonl, import_jsonl
+from events.memlog import MemoryLedger
 from events.model import JobSubmitted, PodSpec, PodStarted
+from events.sources import open_reader
 
 
 def env(i: int) -> Envelope:
@@ -528,7 +527,7 @@ def test_export_import_round_trip_is_byte_identical(tmp_path: Path) -> None:
 
 def _jsonl(count: int) -> list[bytes]:
     out = io.BytesIO()
-    export_jsonl(MemoryReader(envs(0, count)), out)
+    export_jsonl(MemoryLedger(envs(0, count)), out)
     return out.getvalue().splitlines(keepends=True)
 
 

@@ -28,9 +28,9 @@ from events.filelog import (
     LedgerCorrupt,
     LedgerDirReader,
     LedgerError,
-    import_jsonl,
     segment_name,
 )
+from events.jsonl import import_jsonl
 from events.model import TAGS, Tick
 from replay.config import (
     MAX_QUANTITY,

@@ -352,9 +352,9 @@ def test_kafka_settings_reach_every_component(helm: Helm, tmp_path: Path, name: 
         else:
             assert not secret_vols, comp
 
-    # The variables are the ones the client reads (events.kafkalog.KafkaSecurity.from_env),
+    # The variables are the ones the client reads (events.kafka_security.KafkaSecurity.from_env),
     # with the Secret's files where the pod has them (the TLS ones left out: no real PEM here).
-    from events.kafkalog import KafkaSecurity
+    from events.kafka_security import KafkaSecurity
 
     (tmp_path / "password").write_text("s3cret\n")
     pod_env = {k: v.replace(SECRET_DIR, str(tmp_path)) for k, v in want.items() if "_SSL_" not in k}

@@ -27,7 +27,8 @@ import pytest
 
 from events.codec import Envelope, encode, wrap
 from events.filelog import FileLedger, LedgerDirReader
-from events.kafkalog import KafkaLedger, new_producer, open_kafka_reader, run_sync
+from events.kafka_admin import new_producer, run_sync
+from events.kafkalog import KafkaLedger, open_kafka_reader
 from events.memlog import MemoryLedger
 from events.model import (
     Event,

@@ -22,19 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from events import kafkalog
-from events.kafkalog import (
-    KafkaAuthError,
-    KafkaConfigError,
-    KafkaLedger,
-    KafkaLogError,
-    KafkaReader,
-    KafkaSecurity,
-    KafkaSettings,
-    create_topics,
-    open_kafka_reader,
-    run_sync,
-)
+from events import kafka_security
+from events.kafka_admin import KafkaSettings, create_topics, run_sync
+from events.kafka_security import KafkaAuthError, KafkaConfigError, KafkaLogError, KafkaSecurity
+from events.kafkalog import KafkaLedger, KafkaReader, open_kafka_reader
 from replay.verify import run as replay
 from scheduler import cli
 from tests.kafkakit import SASL_PASSWORD, SASL_USER, Listeners, fresh_settings, kafka, listeners
@@ -268,7 +259,7 @@ def test_log_filter_redacts_the_authentication_request() -> None:
     record = logging.LogRecord(
         "aiokafka", logging.ERROR, __file__, 1, "oops %s", ("registered-pw",), None
     )
-    kafkalog._install_log_redaction()
+    kafka_security._install_log_redaction()
     assert logging.getLogger("aiokafka").filter(record)  # aiokafka.client logs there
     assert record.getMessage() == "oops ***"
 

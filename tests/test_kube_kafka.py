@@ -21,15 +21,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from events.codec import decode_envelope, decode_event, wrap
-from events.kafkalog import (
-    KafkaLedger,
-    KafkaReader,
-    KafkaSettings,
-    new_consumer,
-    read_records,
-    run_sync,
-    wait_stable,
-)
+from events.kafka_admin import KafkaSettings, new_consumer, run_sync
+from events.kafkalog import KafkaLedger, KafkaReader, read_records, wait_stable
 from events.model import (
     BindFailed,
     CycleCompleted,

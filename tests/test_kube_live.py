@@ -25,7 +25,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from events.codec import decode_envelope, decode_event
-from events.kafkalog import KafkaReader, KafkaSettings
+from events.kafka_admin import KafkaSettings
+from events.kafkalog import KafkaReader
 from replay.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kafkakit import kafka, settings

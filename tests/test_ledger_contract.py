@@ -19,7 +19,8 @@ import pytest
 
 from events.codec import Envelope, encode_envelope, wrap
 from events.filelog import FileLedger, LedgerDirReader
-from events.kafkalog import KafkaLedger, KafkaReader, create_topics, open_kafka_reader, run_sync
+from events.kafka_admin import create_topics, run_sync
+from events.kafkalog import KafkaLedger, KafkaReader, open_kafka_reader
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted, PodSpec, PodStarted
 from tests.kafkakit import kafka

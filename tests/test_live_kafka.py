@@ -24,15 +24,8 @@ import msgspec
 import pytest
 
 from events.codec import Envelope, decode_envelope, encode_envelope, wrap
-from events.filelog import open_reader
-from events.kafkalog import (
-    KafkaReader,
-    KafkaSettings,
-    end_offset_of,
-    new_consumer,
-    read_records,
-    run_sync,
-)
+from events.kafka_admin import KafkaSettings, new_consumer, run_sync
+from events.kafkalog import KafkaReader, end_offset_of, read_records
 from events.model import (
     DECISION_TAGS,
     JobCancelled,
@@ -43,6 +36,7 @@ from events.model import (
     Resources,
     Tick,
 )
+from events.sources import open_reader
 from projections.projector import project
 from replay.verify import run as replay
 from scheduler.intake import read_dead_letters, send_events, send_intake

@@ -61,7 +61,8 @@ def default_db(ledger: str) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import duckdb  # noqa: PLC0415
 
-    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
     from projections.console.app import (  # noqa: PLC0415  # the server's libraries
         Console,
         ListenError,

@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from events.filelog import open_reader
+from events.sources import open_reader
 from replay.inspect import state_at
 
 __all__ = ["Travel", "nodes_of"]
@@ -72,7 +72,7 @@ class Travel:
         self._lock = threading.Lock()
 
     def at(self, bound: tuple[str, int], end_offset: int) -> Any:
-        """The ``replay.inspect.Snapshot`` at ``bound`` (``("time", ms)`` inclusive or
+        """The ``replay.inspect.StateView`` at ``bound`` (``("time", ms)`` inclusive or
         ``("offset", n)`` exclusive) of the ledger as far as ``end_offset``."""
         key = (bound[0], bound[1], end_offset)
         with self._lock:

@@ -52,7 +52,7 @@ def _refuse_kafka(command: str, **where: str) -> None:
 
 def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
     """The ``kafka://`` deployment of ``--<flag>``, with the security flags and environment."""
-    from events.kafkalog import KafkaLogError  # noqa: PLC0415
+    from events.kafka_security import KafkaLogError  # noqa: PLC0415
     from scheduler.kube.transport import parse_deployment  # noqa: PLC0415
     from scheduler.live_cli import security_of  # noqa: PLC0415
 
@@ -67,7 +67,7 @@ def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        from events.kafkalog import KafkaLogError  # noqa: PLC0415
+        from events.kafka_security import KafkaLogError  # noqa: PLC0415
         from scheduler.kube.transport import SinkFenced  # noqa: PLC0415
 
         try:
@@ -96,7 +96,8 @@ def _ingest(args: argparse.Namespace) -> int:
         if isinstance(intake, IntakeSink):
             intake.close()
         raise
-    from events.filelog import LedgerError, open_reader  # noqa: PLC0415
+    from events.filelog import LedgerError  # noqa: PLC0415
+    from events.sources import open_reader  # noqa: PLC0415
 
     # The ledger to reconcile against: given, or on Kafka the deployment's own.
     source = args.ledger or (args.intake if _is_kafka(args.intake) else None)

@@ -53,23 +53,18 @@ from aiokafka.errors import KafkaError, ProducerFenced
 
 from events.codec import Envelope, decode_envelope
 from events.filelog import FileLedger, LedgerDirReader
-from events.kafkalog import (
+from events.kafka_admin import (
     DEFAULT_DOMAIN,
-    KafkaLogError,
-    KafkaReader,
-    KafkaSecurity,
     KafkaSettings,
     create_topics,
-    end_offset_of,
     ensure_topics,
-    envelope_bytes,
-    is_kafka_url,
     new_consumer,
     new_producer,
-    read_records,
     run_sync,
     start_client,
 )
+from events.kafka_security import KafkaLogError, KafkaSecurity
+from events.kafkalog import KafkaReader, end_offset_of, envelope_bytes, is_kafka_url, read_records
 from events.localfiles import open_source, read_json, write_json_atomic
 from scheduler.kube.retry import Backoff, retry
 

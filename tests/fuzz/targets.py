@@ -53,11 +53,10 @@ from events.filelog import (
     LedgerCorrupt,
     LedgerDirReader,
     LedgerError,
-    export_jsonl,
-    import_jsonl,
     segment_name,
     verify,
 )
+from events.jsonl import export_jsonl, import_jsonl
 from events.memlog import MemoryLedger
 from events.model import TAGS, Event, PolicyConfigured
 from replay.config import (

@@ -1,0 +1,84 @@
+"""JSON Lines export and import for any ledger (file log, Kafka, in memory).
+
+One JSON object per record (``events.codec.to_json_line``); the format is described in
+docs/ledger.md. Export reads through the ``LedgerReader`` port and import appends through
+the ``LedgerWriter`` port, so neither depends on a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+from events.codec import Envelope, from_json_line, to_json_line
+from events.filelog import LedgerError
+from events.port import LedgerReader, LedgerWriter
+
+_IMPORT_BATCH = 4096
+_EXPORT_CHUNK = 1024
+
+
+def export_jsonl(
+    reader: LedgerReader, out: IO[bytes], start: int = 0, end: int | None = None
+) -> int:
+    """Write records ``start <= offset < end`` as JSON Lines; return how many."""
+    count = 0
+    chunk: list[bytes] = []
+    for off, env in reader.read(start, end):
+        chunk.append(to_json_line(off, env))
+        chunk.append(b"\n")
+        count += 1
+        if len(chunk) >= 2 * _EXPORT_CHUNK:
+            out.write(b"".join(chunk))
+            chunk.clear()
+    if chunk:
+        out.write(b"".join(chunk))
+    return count
+
+
+def iter_jsonl(lines: Iterable[bytes], *, source_name: str) -> Iterator[Envelope]:
+    """Parse JSON Lines rows (blank lines skipped); errors name ``source_name:line``."""
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            yield from_json_line(line, f"{source_name}:{lineno}")
+
+
+def import_jsonl(
+    in_file: IO[bytes],
+    writer: LedgerWriter,
+    *,
+    source_name: str,
+    batch_size: int = _IMPORT_BATCH,
+) -> int:
+    """Append every row of a JSON Lines export to ``writer``; return how many.
+
+    All rows are validated before the first append, so a bad line (``DecodeError`` naming
+    ``source_name:line``) appends nothing. A seekable input is read twice (validate, then
+    append in batches) to keep memory flat; a pipe is staged in memory.
+    """
+    if in_file.seekable():
+        origin = in_file.tell()
+        total = sum(1 for _ in iter_jsonl(in_file, source_name=source_name))
+        in_file.seek(origin)
+        rows: Iterable[Envelope] = iter_jsonl(in_file, source_name=source_name)
+    else:
+        staged = list(iter_jsonl(in_file, source_name=source_name))
+        total = len(staged)
+        rows = staged
+    count = 0
+    batch: list[Envelope] = []
+    for env in rows:
+        batch.append(env)
+        if len(batch) >= batch_size:
+            writer.append(batch)
+            count += len(batch)
+            batch = []
+    if batch:
+        writer.append(batch)
+        count += len(batch)
+    if count != total:
+        raise LedgerError(f"{source_name} changed while it was being imported")
+    return count
+
+
+__all__ = ["export_jsonl", "import_jsonl", "iter_jsonl"]
