@@ -1,4 +1,4 @@
-"""Policy revision 2 as scenarios: every numbered rule of docs/policy.md, given -> expect."""
+"""The gang policy's numbered rules (docs/policy.md) as scenarios: given -> expect."""
 
 from __future__ import annotations
 
