@@ -15,28 +15,32 @@ from events.clierror import CliError
 from events.codec import DecodeError, Envelope, to_json_line
 from events.filelog import FileLedger, LedgerError, verify
 from events.jsonl import export_jsonl, import_jsonl
+from events.ledgertime import is_wall_clock, parse_at
 from events.model import TAGS
 from events.port import LedgerReader
 from events.sources import open_reader
 
 
 def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:
-    """``--from N`` / ``--until N``: the half-open offset range a command works on."""
+    """``--from B`` / ``--until B``: the half-open range a command works on. A bound is an
+    offset, or a moment: a ledger time (``6h`` into the ledger) or, on a live ledger, an
+    ISO-8601 time — the first record at or after it (``_resolve``)."""
     parser.add_argument(
         "--from",
         dest="start",
-        type=_offset,
+        type=_bound,
         default=0,
-        metavar="N",
-        help=f"first offset to {verb} (default 0)",
+        metavar="B",
+        help=f"first offset to {verb}, or a moment: 6h, or on a live ledger an ISO-8601 "
+        "time (default 0)",
     )
     parser.add_argument(
         "--until",
         dest="end",
-        type=_offset,
+        type=_bound,
         default=None,
-        metavar="N",
-        help="stop before offset N (default: the current end)",
+        metavar="B",
+        help="stop before this offset or moment (default: the current end)",
     )
 
 
@@ -69,7 +73,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tail.add_argument(
         "-n",
         dest="count",
-        type=_offset,
+        type=_count,
         default=10,
         metavar="N",
         help="how many records (default 10)",
@@ -115,14 +119,44 @@ def _add_follow(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _offset(text: str) -> int:
+def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an offset: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
     return value
+
+
+def _bound(text: str) -> int | str:
+    """An offset (an int), or a moment to look up in the ledger (the text)."""
+    try:
+        value = int(text)
+    except ValueError:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("not an offset or a time: ''") from None
+        return text
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
+    return value
+
+
+def _resolve(reader: LedgerReader, bound: int | str | None) -> int | None:
+    """The offset of a bound: itself, or the first record at or after the moment."""
+    if bound is None or isinstance(bound, int):
+        return bound
+    first = next(iter(reader.read(0, 1)), None)
+    origin = int(first[1].at) if first is not None else 0
+    wall = is_wall_clock(origin)
+    try:
+        moment = parse_at(bound, wall, origin if wall else 0)
+    except ValueError as exc:
+        raise CliError(f"--from/--until: {exc}") from None
+    for offset, env in reader.read(0):
+        if env.at >= moment:
+            return int(offset)
+    return int(reader.end_offset())
 
 
 KAFKA_SCHEME = "kafka://"
@@ -209,10 +243,11 @@ def _cat(args: argparse.Namespace) -> int:
         raise CliError("--until and --follow cannot be combined: a followed ledger has no end")
     out = _stdout()
     with _user_errors(), _reading(args.ledger) as reader:
+        start = _resolve(reader, args.start) or 0
         if args.follow:
-            _print_followed(reader.follow(args.start, idle_timeout_s=args.idle_timeout), out, types)
+            _print_followed(reader.follow(start, idle_timeout_s=args.idle_timeout), out, types)
             return 0
-        for off, env in reader.read(args.start, args.end):
+        for off, env in reader.read(start, _resolve(reader, args.end)):
             if types is None or env.type in types:
                 out.write(to_json_line(off, env, iso=True) + b"\n")
     out.flush()
@@ -264,12 +299,13 @@ def _verify(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     # A Kafka ledger topic (kafka://…) exports like a directory does.
     with _user_errors(), _reading(args.ledger) as reader:
+        start, end = _resolve(reader, args.start) or 0, _resolve(reader, args.end)
         if args.out == "-":
             out = _stdout()
-            count = export_jsonl(reader, out, args.start, args.end)
+            count = export_jsonl(reader, out, start, end)
             out.flush()
         else:
-            count = _export_file(reader, Path(args.out), args.start, args.end)
+            count = _export_file(reader, Path(args.out), start, end)
     sys.stderr.write(f"exported {count} records to {args.out}\n")
     return 0
 

@@ -209,3 +209,30 @@ def test_import_into_a_locked_ledger(
     with FileLedger.open(ledger):
         assert run(["log", "import", str(export), "--ledger", str(ledger)]) == 2
     assert "is locked by another writer" in capsys.readouterr().err
+
+
+def test_cat_and_export_take_moments_as_well_as_offsets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A live ledger: wall-clock stamps a minute apart from 2026-12-03T06:00:00Z.
+    start = 1_796_277_600_000
+    path = tmp_path / "live"
+    with FileLedger.open(path) as w:
+        w.append([wrap(NodeRegistered(node=f"n{i}", gpus=8), at=start + i * 60_000)
+                  for i in range(10)])  # fmt: skip
+    assert run(["log", "cat", str(path), "--from", "2026-12-03T06:03:00Z",
+                "--until", "2026-12-03T06:05:30Z"]) == 0  # fmt: skip
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["offset"] for x in lines] == [3, 4, 5]
+    assert run(["log", "cat", str(path), "--from", "8m"]) == 0  # 8 minutes into the ledger
+    assert [json.loads(x)["offset"] for x in capsys.readouterr().out.splitlines()] == [8, 9]
+    out = tmp_path / "part.jsonl"
+    assert run(["log", "export", str(path), "--out", str(out), "--until", "2m"]) == 0
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_simulated_ledger_refuses_an_iso_bound(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["log", "cat", str(ledger), "--from", "2026-12-03T06:00:00Z"]) == 2
+    assert "simulated time" in capsys.readouterr().err
