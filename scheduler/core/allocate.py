@@ -266,3 +266,20 @@ def _commit(s: Session, job: Job, plan: _Plan) -> None:
             backfill_for=backfill_for(s.reservations, plan.placements),
         )
     )
+    if plan.evicted:
+        _reopen(s)
+
+
+def _reopen(s: Session) -> None:
+    """Evictions can free more than the job they were for takes (a victim's pods on nodes
+    the gang does not use, victims a limit needed): every queue is walked again from its
+    head, with the reservations worked out anew, so nothing that now fits is left waiting.
+    Each reopening follows a placement, and victims make no room in the cycle, so the
+    cycle still ends."""
+    s.done.clear()
+    s.blocked.clear()
+    s.cursor.clear()
+    s.misses.clear()
+    s.reservations.clear()
+    s.reserved_nodes.clear()
+    s.ranked = []
