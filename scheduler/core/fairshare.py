@@ -3,7 +3,8 @@
 At every level of the queue tree, siblings divide what their parent got:
 
 1. each child first gets its deserved quota, capped by what it asks for (allocated plus
-   pending requests in its subtree) and by its limit;
+   pending requests in its subtree) and by its limit, even when the quotas together exceed
+   what the parent got (the shares then add up to more, and step 2 has nothing to give);
 2. the remainder goes to children that still want more, highest queue priority first,
    and within one priority by iterative water-filling in proportion to over-quota weight
    (a child whose want is met drops out and its unused portion is divided again);
@@ -134,8 +135,8 @@ def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved:
         return
     resource = div.resource
     if amount <= 0:
-        # Nothing to share (e.g. CPU on nodes that report none): every share is 0 and
-        # only the deserved quotas resolve, as the full division below would give.
+        # Nothing to share (e.g. CPU on nodes that report none): every share is 0, even
+        # where a deserved quota is set, and only the deserved quotas resolve.
         for queue in children:
             own = deserved_of(queue, resource, parent_deserved)
             div.deserved[queue.name][resource] = own
@@ -153,7 +154,10 @@ def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved:
         caps[queue.name] = cap
         own = deserved_of(queue, resource, parent_deserved)
         div.deserved[queue.name][resource] = own
-        first = min(own, cap, left)
+        # Every child gets min(deserved, request) whatever its siblings took, as in
+        # KAI-Scheduler: when the deserved quotas are over-subscribed the shares add up
+        # to more than ``amount``, ``left`` goes negative and nothing is over quota.
+        first = min(own, cap)
         given[queue.name] = first
         left -= first
     # Over-quota: priority buckets, highest first; water-fill by weight inside each.
