@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.model import JobPreempted
 from replay.config import ConfigError, PolicyFile, policy_event
 from scheduler.core import fair_shares
 from tests.builders import World, job, node, queue
@@ -110,3 +111,35 @@ def test_whole_rounding_hands_out_whole_gpus_and_wastes_none(
     else:
         # over-subscribed quotas: each gets min(deserved, request) and nothing over quota
         assert fair == deserved_phase
+
+
+@pytest.mark.parametrize(("rounding", "reclaims"), [("milli", True), ("whole", False)])
+def test_the_rounding_decides_whether_a_queue_may_reclaim(rounding: str, reclaims: bool) -> None:
+    # The 11-GPU example, full: light holds 3 GPUs with 7 more waiting, heavy 8 with 2.
+    # Under milli the shares are 3.4 / 7.6: heavy is above its share and a 0.1-GPU job of
+    # light leaves light within its own (3.1 of 3.4, a ratio below heavy's 7 of 7.6), so
+    # it reclaims one of heavy's GPUs. Under whole they are 3 / 8: heavy is at its share,
+    # light at its own, and the job waits. (Light's waiting jobs rank below the sliver,
+    # its running ones equal to it, so it is the queue's head and preempts none of them.)
+    w = World(
+        node("n1", gpus=11),
+        queue("light", deserved=2, weight=1),
+        queue("heavy", deserved=2, weight=4),
+        share_rounding=rounding,
+    )
+    w.at(
+        1,
+        *(job(f"h{i}", "heavy") for i in range(8)),
+        *(job(f"l{i}", "light") for i in range(3)),
+    )
+    w.at(
+        2,
+        job("h8", "heavy"),
+        job("h9", "heavy"),
+        *(job(f"l{i}", "light", cls="10") for i in range(3, 10)),
+    )
+    got = w.at(3, job("sliver", "light", gpus=0.1))
+    preempted = [d.job for d in got if isinstance(d, JobPreempted)]
+    assert bool(preempted) is reclaims
+    assert all(j.startswith("h") for j in preempted)
+    assert (w.status("sliver") == "allocated") is reclaims
