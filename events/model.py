@@ -238,6 +238,11 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     reclaim_hysteresis_ms: int = 0
     """A job that started by reclaiming is not reclaimed itself for this long after it was
     placed, so two queues do not take the same GPUs back and forth. 0: no hysteresis."""
+    share_rounding: str = "milli"
+    """How fair share divides what is over quota (docs/policy.md §1). ``milli``: exact
+    water-filling in milli-units. ``whole``: KAI-Scheduler's division, each queue's portion
+    floored to whole units (1 GPU, 1 milli-CPU, 1 MiB) and the units left over given by
+    largest fraction, then the order the queues were configured in, then name."""
 
 
 # --------------------------------------------------------------------------- decisions

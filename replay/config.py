@@ -284,6 +284,9 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     (docs/policy.md §5)."""
     reclaim_hysteresis_s: Seconds = 3600
     """A job that started by reclaiming is not reclaimed back for this long; 0: off."""
+    share_rounding: str = "milli"
+    """``milli`` (exact water-filling) or ``whole`` (KAI-Scheduler's whole-unit division)
+    of what is over quota (docs/policy.md §1)."""
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
@@ -293,6 +296,10 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
     k = knobs or PolicyFile()
     if k.placement not in ("binpack", "spread"):
         raise ConfigError(f"policy: placement must be binpack or spread, not {k.placement!r}")
+    if k.share_rounding not in ("milli", "whole"):
+        raise ConfigError(
+            f"policy: share_rounding must be milli or whole, not {k.share_rounding!r}"
+        )
     return PolicyConfigured(
         policy=name,
         reclaim=k.reclaim,
@@ -309,6 +316,7 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
         bind_backoff_max_ms=round(k.bind_backoff_max_s * 1000),
         lost_work_ratio_milli=round(k.lost_work_ratio * 1000),
         reclaim_hysteresis_ms=round(k.reclaim_hysteresis_s * 1000),
+        share_rounding=k.share_rounding,
     )
 
 

@@ -80,7 +80,7 @@ SAMPLES: list[Event] = [
     PodStarted(job="finetune-42", pod="finetune-42-0"),
     PodFinished(job="finetune-42", pod="finetune-42-0", succeeded=False),
     Tick(),
-    PolicyConfigured(policy="gpuledger", reclaim=True, preempt=False),
+    PolicyConfigured(policy="gpuledger", reclaim=True, preempt=False, share_rounding="whole"),
     PodsAllocated(
         job="finetune-42",
         queue="training",

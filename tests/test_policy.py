@@ -251,6 +251,28 @@ def test_fair_share_is_divided_down_a_three_level_tree() -> None:
     assert shares.fair["vision"][0] == 7750 and shares.fair["nlp"][0] == 7250
 
 
+def test_over_subscribed_deserved_quotas_are_each_given_whatever_the_names() -> None:
+    # 16 GPUs, three queues deserving 12, 12 and 2 (26 in all): alpha and zulu ask for 16,
+    # mid for 1. Every queue gets min(deserved, request), as in KAI-Scheduler, however its
+    # name sorts; the shares add up to more than the cluster and none is over quota.
+    w = World(
+        *(node(f"n{i}") for i in range(2)),
+        queue("alpha", deserved=12),
+        queue("zulu", deserved=12),
+        queue("mid", deserved=2),
+    )
+    w.at(1, job("a", "alpha", pods=2, gpus=8), job("z", "zulu", pods=2, gpus=8))
+    w.at(1, job("m", "mid", gpus=1))
+    shares = fair_shares(w.state)
+    fair = {q: shares.fair[q][0] for q in ("alpha", "zulu", "mid")}
+    assert fair == {"alpha": 12_000, "zulu": 12_000, "mid": 1000}
+    assert {q: shares.deserved[q][0] for q in fair} == {
+        "alpha": 12_000,
+        "zulu": 12_000,
+        "mid": 2000,
+    }
+
+
 def test_higher_priority_queue_takes_over_quota_first() -> None:
     w = World(
         *(node(f"n{i}") for i in range(2)),

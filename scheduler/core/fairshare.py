@@ -3,14 +3,17 @@
 At every level of the queue tree, siblings divide what their parent got:
 
 1. each child first gets its deserved quota, capped by what it asks for (allocated plus
-   pending requests in its subtree) and by its limit;
+   pending requests in its subtree) and by its limit, even when the quotas together exceed
+   what the parent got (the shares then add up to more, and step 2 has nothing to give);
 2. the remainder goes to children that still want more, highest queue priority first,
    and within one priority by iterative water-filling in proportion to over-quota weight
    (a child whose want is met drops out and its unused portion is divided again);
 3. each child's fair share is then divided among its own children the same way.
 
 Integer division leaves a few units over; they go one at a time by weight, then name, so
-the result is exact and identical on every run.
+the result is exact and identical on every run. With ``share_rounding: whole`` step 2 is
+KAI-Scheduler's: each portion is floored to whole units (``UNITS``) and the units left
+over go by largest fraction, then the order the queues were configured in, then name.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from dataclasses import dataclass, field
 from scheduler.core.state import UNLIMITED, Queue, State
 
 RESOURCES = 3  # gpu_milli, cpu_milli, memory_mib
+UNITS = (1000, 1, 1)
+"""The whole unit of each resource under ``share_rounding: whole``: one GPU, one milli-CPU,
+one MiB (KAI-Scheduler counts CPU in millicores)."""
 
 
 def capacity(state: State) -> list[int]:
@@ -108,8 +114,11 @@ def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Sha
     shares: dict[str, list[int]] = {name: [0, 0, 0] for name in state.queues}
     deserved: dict[str, list[int]] = {name: [0, 0, 0] for name in state.queues}
     top = roots(state)
+    rank = None
+    if state.config.share_rounding == "whole":
+        rank = {name: i for i, name in enumerate(state.queues)}
     for resource in range(RESOURCES):
-        division = _Division(state, resource, demand, shares, deserved)
+        division = _Division(state, resource, demand, shares, deserved, rank)
         _divide(division, top, total[resource], total[resource])
     return Shares(fair=shares, deserved=deserved, demand=demand)
 
@@ -124,6 +133,9 @@ class _Division:
     demand: dict[str, list[int]]
     shares: dict[str, list[int]]
     deserved: dict[str, list[int]]
+    rank: dict[str, int] | None = None
+    """Under ``share_rounding: whole``, each queue's place in the order queues were first
+    configured (``State.queues`` keeps it); None for the exact milli division."""
 
     def children(self, queue: Queue) -> list[Queue]:
         return [self.state.queues[c] for c in queue.children if c in self.state.queues]
@@ -134,8 +146,8 @@ def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved:
         return
     resource = div.resource
     if amount <= 0:
-        # Nothing to share (e.g. CPU on nodes that report none): every share is 0 and
-        # only the deserved quotas resolve, as the full division below would give.
+        # Nothing to share (e.g. CPU on nodes that report none): every share is 0, even
+        # where a deserved quota is set, and only the deserved quotas resolve.
         for queue in children:
             own = deserved_of(queue, resource, parent_deserved)
             div.deserved[queue.name][resource] = own
@@ -153,7 +165,10 @@ def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved:
         caps[queue.name] = cap
         own = deserved_of(queue, resource, parent_deserved)
         div.deserved[queue.name][resource] = own
-        first = min(own, cap, left)
+        # Every child gets min(deserved, request) whatever its siblings took, as in
+        # KAI-Scheduler: when the deserved quotas are over-subscribed the shares add up
+        # to more than ``amount``, ``left`` goes negative and nothing is over quota.
+        first = min(own, cap)
         given[queue.name] = first
         left -= first
     # Over-quota: priority buckets, highest first; water-fill by weight inside each.
@@ -163,7 +178,11 @@ def _divide(div: _Division, children: list[Queue], amount: int, parent_deserved:
         if left <= 0:
             break
         bucket = [q for q in order if q.priority == priority]
-        left = _water_fill(left, bucket, caps, given, weights)
+        if div.rank is None:
+            left = _water_fill(left, bucket, caps, given, weights)
+        else:
+            fill = _Fill(caps, given, weights, UNITS[resource], div.rank)
+            left = _water_fill_whole(left, bucket, fill)
     for queue in order:
         share = given[queue.name]
         div.shares[queue.name][resource] = share
@@ -198,6 +217,68 @@ def _water_fill(
                 amount -= 1
         active = [q for q in active if given[q.name] < caps[q.name]]
     return amount
+
+
+@dataclass(slots=True)
+class _Fill:
+    """What whole-unit water-filling works on: caps and grants so far per queue, the
+    over-quota weights, the resource's unit and the queues' configuration order."""
+
+    caps: dict[str, int]
+    given: dict[str, int]
+    weights: dict[str, int]
+    unit: int
+    rank: dict[str, int]
+
+    def room(self, queue: Queue) -> int:
+        return self.caps[queue.name] - self.given[queue.name]
+
+
+def _water_fill_whole(amount: int, bucket: list[Queue], fill: _Fill) -> int:
+    """KAI-Scheduler's over-quota division of ``amount`` in whole units; return the rest.
+
+    Each round, the whole units of ``amount`` are divided by weight among the queues that
+    still want more: every queue gets its portion floored to whole units, and the units
+    the flooring left go one each by largest fraction, then configuration order, then
+    name. A grant is capped by what the queue still wants; what a capped queue leaves is
+    divided again in the next round. Less than one unit left is given whole to the first
+    queue in that order, largest weight first.
+    """
+    weights = fill.weights
+    active = [q for q in bucket if weights[q.name] > 0 and fill.room(q) > 0]
+    while amount > 0 and active:
+        units = amount // fill.unit
+        if units == 0:
+            first = min(active, key=lambda q: (-weights[q.name], fill.rank[q.name], q.name))
+            grant = min(amount, fill.room(first))
+            fill.given[first.name] += grant
+            amount -= grant
+        else:
+            amount -= _whole_round(units, active, fill)
+        active = [q for q in active if fill.room(q) > 0]
+    return amount
+
+
+def _whole_round(units: int, active: list[Queue], fill: _Fill) -> int:
+    """One round of ``_water_fill_whole``: divide ``units`` whole units; return what it
+    granted (in the resource's own units, e.g. milli-GPUs)."""
+    total_weight = sum(fill.weights[q.name] for q in active)
+    floors: dict[str, int] = {}
+    fractions: dict[str, int] = {}
+    for queue in active:
+        floors[queue.name], fractions[queue.name] = divmod(
+            units * fill.weights[queue.name], total_weight
+        )
+    spare = units - sum(floors.values())
+    by_fraction = sorted(active, key=lambda q: (-fractions[q.name], fill.rank[q.name], q.name))
+    for queue in by_fraction[:spare]:
+        floors[queue.name] += 1
+    granted = 0
+    for queue in active:
+        grant = min(floors[queue.name] * fill.unit, fill.room(queue))
+        fill.given[queue.name] += grant
+        granted += grant
+    return granted
 
 
 # --------------------------------------------------------------------------- time-based share
