@@ -18,9 +18,20 @@ from events.model import QueueConfigured
 pytestmark = pytest.mark.slow
 
 GPULEDGER = str(Path(sys.executable).parent / "gpuledger")
+# Opens the file as soon as the other side leaves a gap (as gpuledger's readers do: the
+# follower holds the lock while it projects), then holds it for argv[2] seconds.
 HOLD = (
-    "import duckdb, sys, time; con = duckdb.connect(sys.argv[1], read_only={ro}); "
-    "print('held', flush=True); time.sleep(float(sys.argv[2])); con.close()"
+    "import duckdb, sys, time\n"
+    "deadline = time.monotonic() + 20\n"
+    "while True:\n"
+    "    try:\n"
+    "        con = duckdb.connect(sys.argv[1], read_only={ro})\n"
+    "        break\n"
+    "    except duckdb.IOException:\n"
+    "        if time.monotonic() > deadline:\n"
+    "            raise\n"
+    "        time.sleep(0.05)\n"
+    "print('held', flush=True); time.sleep(float(sys.argv[2])); con.close()\n"
 )
 
 
