@@ -123,6 +123,9 @@ class Mapping(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     default_priority_class: str = "train"
     deserved_percent: dict[str, Annotated[float, msgspec.Meta(ge=0, le=100)]] = {}
     """Queue -> deserved GPU percent of its parent (fractions allowed); siblings share the rest."""
+    quota_from: Literal["equal", "demand"] = "equal"
+    """``--queues-out``: siblings not in ``deserved_percent`` share what is left equally, or
+    in proportion to the GPU-seconds their jobs submitted (a queue without jobs then gets 0)."""
     cluster_gpus: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """GPUs the written quotas divide when they are not whole percents (default: ``--nodes``)."""
     submit_mode: Literal["absolute", "interval"] = "absolute"
@@ -876,7 +879,8 @@ def queues_for(tenancy: Tenancy, mapping: Mapping, cluster_gpus: int | None) -> 
     """The queue tree of the jobs with exact deserved quotas, parents before their children.
 
     Each queue's share of its parent is the mapping's ``deserved_percent`` (fractions
-    allowed), or an equal part of what its siblings leave. When every share is a whole
+    allowed), or a part of what its siblings leave: equal, or by submitted GPU-seconds
+    (``quota_from: demand``). When every share is a whole
     percent the file says ``deserved_percent`` (it then scales with the cluster); otherwise
     it says ``deserved_gpus`` of ``cluster_gpus``, exact to the milli-GPU the ledger keeps:
     each queue gets the floor of its share and the milli-GPUs left over go by largest
@@ -902,7 +906,7 @@ def queues_for(tenancy: Tenancy, mapping: Mapping, cluster_gpus: int | None) -> 
     busy = set(tenancy.parent) | {p for p in tenancy.parent.values() if p}
     share: dict[str, Fraction] = {}
     for parent, group in children.items():
-        share.update(_split(parent, group, mapping, busy))
+        share.update(_split(parent, group, mapping, busy, demand))
     percent = {q: s * 100 for q, s in share.items()}
     if all(p.denominator == 1 for p in percent.values()):
         amounts = {q: _human(p.numerator, 1) for q, p in percent.items()}
@@ -946,8 +950,11 @@ def _pct(value: Fraction) -> str:
     return f"{float(value):.4g} %"
 
 
-def _split(parent: str, group: list[str], mapping: Mapping, busy: set[str]) -> dict[str, Fraction]:
-    """Each sibling's share of ``parent``: the mapping's percent, or an equal part of the rest."""
+def _split(
+    parent: str, group: list[str], mapping: Mapping, busy: set[str], demand: Counter[str]
+) -> dict[str, Fraction]:
+    """Each sibling's share of ``parent``: the mapping's percent, or a part of the rest —
+    equal, or by submitted GPU-seconds under ``quota_from: demand``."""
     given = {q: Fraction(Decimal(str(mapping.deserved_percent[q]))) / 100 for q in group
              if q in mapping.deserved_percent}  # fmt: skip
     rest = [q for q in group if q not in given]
@@ -963,8 +970,18 @@ def _split(parent: str, group: list[str], mapping: Mapping, busy: set[str]) -> d
             f"give it deserved_percent: 0 in the mapping if that is meant"
         )
     out = dict(given)
+    work = sum(demand[q] for q in rest)
     for queue in rest:
-        out[queue] = left / len(rest)
+        if mapping.quota_from == "demand" and work:
+            out[queue] = left * Fraction(demand[queue], work)
+            if not demand[queue] and queue in busy:
+                raise ConfigError(
+                    f"--queues-out: queue {queue!r} has jobs but they ask for no GPUs, so "
+                    f"quota_from: demand gives it 0; give it deserved_percent: in the "
+                    f"mapping (0 if that is meant)"
+                )
+        else:
+            out[queue] = left / len(rest)
     return out
 
 

@@ -194,6 +194,48 @@ def test_milli_gpu_quotas_add_up_exactly_and_differ_by_at_most_one(
     queue_events(parse(encode(queues), QueuesFile))  # a valid tree
 
 
+def test_quota_from_demand_divides_by_submitted_gpu_seconds() -> None:
+    tenancy = Tenancy()
+    tenancy.add("big", "", 600, "x")
+    tenancy.add("mid", "", 300, "x")
+    tenancy.add("small", "", 100, "x")
+    demand = {
+        q.name: q.deserved_gpus
+        for q in queues_for(tenancy, Mapping(quota_from="demand"), 20).queues
+    }
+    assert demand == {"big": None, "mid": None, "small": None}  # whole percents: scale with nodes
+    percent = {
+        q.name: q.deserved_percent
+        for q in queues_for(tenancy, Mapping(quota_from="demand"), 20).queues
+    }
+    assert percent == {"big": 60, "mid": 30, "small": 10}
+    tenancy.add("small", "", 100, "x")  # 6:3:2 of 10 GPUs: exact milli-GPUs
+    exact = {
+        q.name: q.deserved_gpus
+        for q in queues_for(tenancy, Mapping(quota_from="demand"), 10).queues
+    }
+    assert exact == {"big": 5.455, "mid": 2.727, "small": 1.818}
+    equal = queues_for(tenancy, Mapping(), 30).queues
+    assert {q.name: q.deserved_gpus for q in equal} == {"big": 10, "mid": 10, "small": 10}
+
+
+def test_quota_from_demand_leaves_named_percents_and_splits_the_rest() -> None:
+    tenancy = Tenancy()
+    tenancy.add("svc", "", 10, "x")
+    tenancy.add("a", "", 300, "x")
+    tenancy.add("b", "", 100, "x")
+    queues = queues_for(tenancy, Mapping(quota_from="demand", deserved_percent={"svc": 20}), 40)
+    assert {q.name: q.deserved_percent for q in queues.queues} == {"a": 60, "b": 20, "svc": 20}
+
+
+def test_quota_from_demand_refuses_a_cpu_only_tenant_it_would_give_nothing() -> None:
+    tenancy = Tenancy()
+    tenancy.add("gpu", "", 100, "x")
+    tenancy.add("cpu", "", 0, "x")
+    with pytest.raises(ConfigError, match="'cpu' has jobs"):
+        queues_for(tenancy, Mapping(quota_from="demand"), 8)
+
+
 # --------------------------------------------------------------------------- hierarchy
 
 
