@@ -32,7 +32,6 @@ from typing import Any
 
 import msgspec
 
-from events.cli import _import_from
 from events.codec import (
     DecodeError,
     Envelope,
@@ -80,6 +79,7 @@ from replay.config import (
     policy_event,
 )
 from replay.sim import Simulation
+from scheduler.cli.log import _import_from
 from scheduler.core import POLICIES, State, apply, cycle
 from scheduler.validate import validate
 from tests.fuzz.scratch import SCRATCH_ENV, make_scratch

@@ -18,10 +18,10 @@ from typing import NoReturn
 
 import msgspec
 
-from events.clierror import CliError
 from events.kafka_admin import DEFAULT_BOOTSTRAP, DEFAULT_DOMAIN, DEFAULT_PREFIX, KafkaSettings
 from events.kafka_security import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaLogError, KafkaSecurity
 from events.model import Event, JobSubmitted, Tick
+from scheduler.cli.errors import CliError
 from scheduler.intake import read_dead_letters, send_events, send_intake
 
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from events.clierror import CliError
 from events.codec import DecodeError, Envelope, to_json_line
 from events.filelog import FileLedger, LedgerError, verify
 from events.jsonl import export_jsonl, import_jsonl
@@ -19,6 +18,7 @@ from events.ledgertime import is_wall_clock, parse_at
 from events.model import TAGS
 from events.port import LedgerReader
 from events.sources import open_reader
+from scheduler.cli.errors import CliError
 
 
 def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:

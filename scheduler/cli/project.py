@@ -22,8 +22,6 @@ from typing import IO, Any
 import duckdb
 import msgspec
 
-from events.cli import refuse_kafka_url
-from events.clierror import CliError
 from events.codec import DecodeError
 from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
@@ -34,6 +32,8 @@ from projections.report import (
     render_full_report,
     render_table,
 )
+from scheduler.cli.errors import CliError
+from scheduler.cli.log import refuse_kafka_url
 
 __all__ = ["register"]
 
@@ -131,10 +131,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="add N ms to every sample time (align monitoring with ledger time)",
     )
     mi.set_defaults(func=_metrics_import)
-
-    from projections.console import cli as console_cli  # noqa: PLC0415  # no server imports
-
-    console_cli.register(sub)
 
 
 def _add_source(parser: argparse.ArgumentParser) -> None:

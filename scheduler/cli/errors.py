@@ -1,7 +1,8 @@
 """The one error every ``gpuledger`` sub-command raises for a user's mistake.
 
-It lives in the lowest layer so that every package's command-line module can raise it
-without importing the command-line shell (``scheduler.cli``), which imports them all.
+Library code raises its own exceptions (``LedgerError``, ``ConfigError``, ``KafkaLogError``
+...); the command modules of this package turn the ones a user can cause into ``CliError``,
+which ``scheduler.cli.main`` prints as one line.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from events.clierror import CliError
+from scheduler.cli.errors import CliError
 
 __all__ = ["default_db", "register"]
 

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from events.clierror import CliError
-from scheduler.live_cli import add_security_arguments
+from scheduler.cli.errors import CliError
+from scheduler.cli.live import add_security_arguments
 
 if TYPE_CHECKING:
     from scheduler.kube.transport import Deployment
@@ -53,8 +53,8 @@ def _refuse_kafka(command: str, **where: str) -> None:
 def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
     """The ``kafka://`` deployment of ``--<flag>``, with the security flags and environment."""
     from events.kafka_security import KafkaLogError  # noqa: PLC0415
+    from scheduler.cli.live import security_of  # noqa: PLC0415
     from scheduler.kube.transport import parse_deployment  # noqa: PLC0415
-    from scheduler.live_cli import security_of  # noqa: PLC0415
 
     try:
         return parse_deployment(getattr(args, flag), topic=topic, security=security_of(args))

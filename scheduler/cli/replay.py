@@ -12,8 +12,6 @@ from typing import Any
 
 import msgspec
 
-from events.cli import refuse_kafka_url
-from events.clierror import CliError
 from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
@@ -27,9 +25,9 @@ from replay.config import (
     policy_event,
     queue_events,
 )
+from scheduler.cli.errors import CliError
+from scheduler.cli.log import refuse_kafka_url
 from scheduler.core.policy import POLICIES
-
-EXAMPLES = Path(__file__).parent / "examples"
 
 
 def register(sub: Any) -> None:
@@ -452,10 +450,11 @@ def _demo(args: argparse.Namespace) -> int:
     from projections.report import compare_reports  # noqa: PLC0415
 
     refuse_kafka_url(args.out, "--out", "demo", "a directory for the ledgers and databases")
+    from replay.examples import EXAMPLES  # noqa: PLC0415
+
+    demo = EXAMPLES["demo"]
     cluster, queues, workload = _load_inputs(
-        str(EXAMPLES / "demo-cluster.yaml"),
-        str(EXAMPLES / "demo-queues.yaml"),
-        str(EXAMPLES / "demo-workload.yaml"),
+        str(demo.path("cluster")), str(demo.path("queues")), str(demo.path("workload"))
     )
     out = Path(args.out)
     gpus = sum(g.count * g.gpus for g in cluster.nodes)
