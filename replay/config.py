@@ -20,6 +20,7 @@ import msgspec
 from events.model import (
     MAX_NODE_GPUS,
     MILLI,
+    JobSubmitted,
     NodeRegistered,
     PolicyConfigured,
     QueueConfigured,
@@ -354,6 +355,24 @@ def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     return value
+
+
+class _Jobs(msgspec.Struct, forbid_unknown_fields=True):
+    jobs: list[JobSubmitted]
+
+
+def parse_jobs(raw: bytes, source: str) -> list[JobSubmitted]:
+    """``job.yaml`` (``gpuledger submit``): one ``job_submitted`` event's fields, or
+    ``jobs:`` with a list of them; ``ConfigError`` names ``source``."""
+    try:
+        data = msgspec.yaml.decode(raw)
+        if isinstance(data, dict) and "jobs" in data:
+            return msgspec.convert(data, _Jobs).jobs
+        if isinstance(data, dict):
+            data.setdefault("type", "job_submitted")
+        return [msgspec.convert(data, JobSubmitted)]
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.+) - at `(?P<path>[^`]+)`$")

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from events.filelog import FileLedger
 from events.model import (
     MILLI,
     Event,
@@ -490,3 +492,20 @@ class Simulation:
                             )
                 case _:
                     pass
+
+
+def simulate_into(
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policy: str | PolicyConfigured,
+    ledger: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    observe: Callable[[State, int], None] | None = None,
+) -> SimResult:
+    """Simulate ``workload`` on ``cluster`` under ``policy`` into the ledger directory
+    ``ledger`` (created if missing); ``ConfigError`` if the inputs do not fit together."""
+    with FileLedger.open(ledger) as writer:
+        sim = Simulation(cluster, queues, workload, policy, writer)
+        return sim.run(progress=progress, observe=observe)

@@ -26,6 +26,7 @@ from replay.traces import (
     load_mapping,
     write_atomic,
 )
+from scheduler.cli import replay as replay_cli
 from scheduler.cli.errors import CliError
 
 
@@ -115,8 +116,6 @@ def _import(args: argparse.Namespace) -> int:
 
 def _simulate_imported(args: argparse.Namespace) -> int:
     """Straight to a simulation: the same command as ``gpuledger simulate`` on the files."""
-    from scheduler.cli import replay as replay_cli  # noqa: PLC0415  # replay.cli registers this module
-
     argv = [
         "simulate",
         "--cluster", str(args.cluster_out),

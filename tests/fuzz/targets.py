@@ -55,7 +55,7 @@ from events.filelog import (
     segment_name,
     verify,
 )
-from events.jsonl import export_jsonl, import_jsonl
+from events.jsonl import export_jsonl, import_jsonl, import_jsonl_into
 from events.memlog import MemoryLedger
 from events.model import TAGS, Event, PolicyConfigured
 from replay.config import (
@@ -79,7 +79,6 @@ from replay.config import (
     policy_event,
 )
 from replay.sim import Simulation
-from scheduler.cli.log import _import_from
 from scheduler.core import POLICIES, State, apply, cycle
 from scheduler.validate import validate
 from tests.fuzz.scratch import SCRATCH_ENV, make_scratch
@@ -649,8 +648,8 @@ class _Pipe(io.RawIOBase):
 def fuzz_jsonl(data: bytes) -> None:
     """JSON Lines import: every row valid and stored, or ``DecodeError`` and nothing appended.
 
-    What was imported exports, re-imports and exports again byte for byte. Through the CLI
-    path (``gpuledger log import``) a rejected import leaves no ledger directory behind.
+    What was imported exports, re-imports and exports again byte for byte. Into a new
+    directory (``import_jsonl_into``, as ``gpuledger log import`` does) a rejected import leaves no ledger directory behind.
     """
     if not data:
         return
@@ -660,7 +659,7 @@ def fuzz_jsonl(data: bytes) -> None:
         ledger = scratch() / "imported"
         shutil.rmtree(ledger, ignore_errors=True)
         try:
-            count, first = _import_from(src, str(ledger), "fuzz.jsonl")
+            count, first = import_jsonl_into(src, ledger, source_name="fuzz.jsonl")
         except DecodeError as exc:
             assert "fuzz.jsonl:" in str(exc), exc
             assert not ledger.exists(), "a rejected import left a ledger behind"
