@@ -91,7 +91,7 @@ def sample(value: Number, rng: random.Random) -> float:
         case LogNormal(median=median, sigma=sigma, max=cap):
             try:
                 drawn = median * math.exp(sigma * rng.gauss(0, 1))
-            except OverflowError:  # a huge sigma (found by fuzzing)
+            except OverflowError:  # a huge sigma
                 drawn = math.inf
             return min(drawn, cap if cap is not None else MAX_QUANTITY)
     raise ConfigError(f"unknown distribution {value!r}")  # pragma: no cover

@@ -1,4 +1,5 @@
-"""``gpuledger log``: look into, check, export and import the embedded ledger."""
+"""``gpuledger log``: look into, check, export and import a ledger (a directory, a JSON Lines
+export or a Kafka ledger topic; ``verify`` and ``import`` work on directories only)."""
 
 from __future__ import annotations
 
