@@ -303,11 +303,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    from events.filelog import FileLedger  # noqa: PLC0415
     from projections.report import render_table  # noqa: PLC0415
-    from replay.metrics import collect  # noqa: PLC0415
-    from replay.sim import Simulation  # noqa: PLC0415
-    from replay.whatif import changed_fates, compare_rows, extract, replace_queues  # noqa: PLC0415
+    from replay.whatif import what_if  # noqa: PLC0415
 
     if not args.out:
         raise CliError("a what-if needs --out DIR for its ledger and report")
@@ -316,39 +313,29 @@ def _whatif(args: argparse.Namespace) -> int:
     clock = _clock(reader)
     start_ms = _time_of(reader, parse_bound(args.start, *clock)) if args.start != "0" else None
     end_ms = _time_of(reader, parse_bound(args.end, *clock)) if args.end else None
-    history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
-    recorded = history.policy or policy_event("gpuledger")
     try:
-        if args.policy:
-            knobs = load(args.policy, PolicyFile)
-            policy = policy_event(args.policy_name or recorded.policy, knobs)
-        elif args.policy_name:
-            policy = msgspec.structs.replace(recorded, policy=args.policy_name)
-        else:
-            policy = recorded
-        if args.queues:
-            replace_queues(history, queue_events(load(args.queues, QueuesFile)))
+        knobs = load(args.policy, PolicyFile) if args.policy else None
+        queues = queue_events(load(args.queues, QueuesFile)) if args.queues else None
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     out = Path(args.out)
     _fresh_dir(out, force=False)
-    with FileLedger.open(out / "ledger") as writer:
-        sim = Simulation.from_inputs(
-            history.world,
-            history.jobs,
-            bind_ms=history.bind_ms,
-            startup_ms=history.startup_ms,
-            policy=policy,
-            writer=writer,
+    try:
+        result = what_if(
+            reader,
+            out / "ledger",
+            start_ms=start_ms,
+            end_ms=end_ms,
+            knobs=knobs,
+            policy_name=args.policy_name,
+            queues=queues,
         )
-        sim.run()
-    before = collect(reader.read(0), since_ms=start_ms)
-    after = collect(open_ledger(str(out / "ledger")).read(0))
-    rows = compare_rows(before, after)
-    fates = changed_fates(before, after)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    history, rows, fates = result.history, result.rows, result.fates
     changes = []
-    if policy != recorded:
-        changes.append(f"policy {recorded.policy} -> {policy.policy}")
+    if result.policy != result.recorded:
+        changes.append(f"policy {result.recorded.policy} -> {result.policy.policy}")
     if args.queues:
         changes.append(f"queues from {args.queues}")
     print(
