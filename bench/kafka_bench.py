@@ -39,7 +39,7 @@ from events.kafka_admin import (
 from events.kafkalog import KafkaLedger, KafkaReader
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
-from scheduler.live_cli import send_events, send_intake
+from scheduler.intake import send_events, send_intake
 from scheduler.service import SchedulerService, ServiceConfig
 from scheduler.snapshot import encode_snapshot
 

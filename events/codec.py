@@ -45,7 +45,7 @@ class UnknownEventType(DecodeError):  # noqa: N818  # names what it is; still a 
 
 
 # What msgspec raises on bad input: a malformed document, a schema mismatch, or a string
-# that is not UTF-8 (msgspec lets UnicodeDecodeError through; found by fuzzing).
+# that is not UTF-8 (msgspec lets UnicodeDecodeError through).
 _BAD_INPUT = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
 
 _env_enc = msgspec.msgpack.Encoder()
@@ -169,7 +169,7 @@ def from_json_line(line: bytes, where: str = "") -> Envelope:
     for name, value in (("at", row.at), ("version", row.version), ("offset", row.offset)):
         if value not in _STORABLE:
             raise DecodeError(f"{where}: {name} {value} is out of range")
-    # OverflowError: an integer beyond what msgpack stores (found by fuzzing).
+    # OverflowError: an integer beyond what msgpack stores.
     try:
         if row.type in TAGS:
             event = _json_event_dec.decode(row.payload)

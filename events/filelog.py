@@ -196,7 +196,7 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
     """
     n = len(buf)
     k = expected + 1
-    # Offsets are u64: nothing can follow the last one (a search past it used to crash).
+    # Offsets are u64: nothing can follow the last one, so the search stops there.
     limit = min(expected + 1 + _RESYNC_WINDOW, _OFFSET_END)
     while k < limit:
         needle = _OFFSET.pack(k)
@@ -218,7 +218,7 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
                 return pos
             pos, off = frame[2], off + 1
         # The chain broke where it expected ``off``; an intact record carrying ``off``
-        # may still stand elsewhere, so search for it too (found by fuzzing).
+        # may still stand elsewhere, so search for it too.
         k = off
     return None
 
@@ -660,7 +660,7 @@ class LedgerDirReader:
             with open(seg, "rb") as f:
                 _check_header(f.read(HEADER_SIZE), seg, base)
             # Only once the header checked out: a bad one must fail every call, not the
-            # first only (found by fuzzing).
+            # first only.
             self._tail = (base, _Scan(HEADER_SIZE, base))
         scan = self._tail[1]
         with open(seg, "rb") as f:
@@ -692,7 +692,7 @@ class LedgerDirReader:
         seg = self.path / segment_name(base)
         if start < base:
             # As in read_raw: a first segment that starts later is missing records, which
-            # following from before it must not skip silently (found by fuzzing).
+            # following from before it must not skip silently.
             raise LedgerCorrupt(seg, 0, 0, f"segment starts at offset {base}, records are missing")
         f = open(seg, "rb")  # noqa: SIM115  # switched between segments below
         try:

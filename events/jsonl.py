@@ -7,11 +7,14 @@ the ``LedgerWriter`` port, so neither depends on a backend.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
 from events.codec import Envelope, from_json_line, to_json_line
-from events.filelog import LedgerError
+from events.filelog import FileLedger, LedgerError
 from events.port import LedgerReader, LedgerWriter
 
 _IMPORT_BATCH = 4096
@@ -81,4 +84,25 @@ def import_jsonl(
     return count
 
 
-__all__ = ["export_jsonl", "import_jsonl", "iter_jsonl"]
+def import_jsonl_into(
+    in_file: IO[bytes], ledger: str | os.PathLike[str], *, source_name: str
+) -> tuple[int, int]:
+    """Append a JSON Lines export to the ledger directory ``ledger`` (created if missing);
+    return how many records and the offset of the first.
+
+    A rejected import into a directory this call created removes it again, so a bad file
+    leaves no empty ledger behind; a ledger that already had records is never removed.
+    """
+    created = not Path(ledger).exists()
+    with FileLedger.open(ledger) as writer:
+        first = writer.end_offset()
+        try:
+            return import_jsonl(in_file, writer, source_name=source_name), first
+        except BaseException:
+            if created and writer.end_offset() == 0:
+                writer.close()
+                shutil.rmtree(ledger, ignore_errors=True)
+            raise
+
+
+__all__ = ["export_jsonl", "import_jsonl", "import_jsonl_into", "iter_jsonl"]

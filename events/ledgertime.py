@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import TYPE_CHECKING
 
-__all__ = ["WALL_CLOCK_FROM_MS", "format_at", "is_wall_clock", "parse_at"]
+if TYPE_CHECKING:  # events.port imports events.codec, which imports this module
+    from events.port import LedgerReader
+
+__all__ = ["WALL_CLOCK_FROM_MS", "clock_of", "format_at", "is_wall_clock", "offset_at", "parse_at"]
 
 WALL_CLOCK_FROM_MS = 1_000_000_000_000
 """2001-09-09T01:46:40Z: a first record at or after this is wall time."""
@@ -68,3 +72,22 @@ def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:
             f"{text!r}: this ledger runs on simulated time from 0; give a time such as 6h"
         )
     return round(moment.timestamp() * 1000)
+
+
+def clock_of(reader: LedgerReader) -> tuple[int, bool]:
+    """Where relative times count from on this ledger, and whether it runs on wall time:
+    ``(first record's time, True)`` on a live ledger, so that ``6h`` is six hours after its
+    first record; ``(0, False)`` on a simulated (or empty) one."""
+    for _, env in reader.read(0, 1):
+        first = int(env.at)
+        return (first, True) if is_wall_clock(first) else (0, False)
+    return (0, False)
+
+
+def offset_at(reader: LedgerReader, moment_ms: int) -> int:
+    """The offset of the first record stamped at or after ``moment_ms``; the ledger's end
+    offset if there is none."""
+    for offset, env in reader.read(0):
+        if env.at >= moment_ms:
+            return int(offset)
+    return int(reader.end_offset())

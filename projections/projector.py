@@ -325,8 +325,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (queue, from_minute)
         )
         """,
-        # The core's state is saved in scheduler.snapshot's format from now on: the
-        # pickled one is dropped and queue_shares refolded from the start.
+        # This step moves the saved core state to scheduler.snapshot's format: a pickled
+        # one is dropped and queue_shares refolded from the start.
         "DELETE FROM projection_state",
         "ALTER TABLE projection_state ADD COLUMN last_minute BIGINT",
         "DELETE FROM projection_offsets WHERE projection = 'queue_shares'",
@@ -767,9 +767,9 @@ def _quick_switches() -> Iterator[None]:
 
     The commit thread needs the GIL only briefly (to start each statement and to hand its
     Arrow tables to DuckDB), but with the default 5 ms switch interval each of those waits
-    for the folding thread's time slice to run out: a batch's commit took three times as
-    long on the writer thread as it does alone. At 1 ms it takes 1.7 times as long and the
-    folding thread hardly notices.
+    for the folding thread's time slice to run out, which stretches a batch's commit on the
+    writer thread several-fold. At 1 ms the commit thread gets the GIL soon after it asks,
+    and the folding thread hardly notices the extra switches.
     """
     was = sys.getswitchinterval()
     sys.setswitchinterval(min(was, 0.001))
@@ -1233,9 +1233,8 @@ def project(
             fold = _load_fold(con, live_jobs=next_offsets["jobs"] > 0)
             extra = _load_extra(con, reader, next_offsets, fold)
             # Batch N commits on the writer thread while batch N+1 is folded here: DuckDB
-            # releases the GIL while it inserts, so the two cores share the work (12.0 s
-            # serial, 9.6 s so, for a million events). Commits stay in ledger order, one at
-            # a time; the totals count committed batches only.
+            # releases the GIL while it inserts, so the two cores share the work. Commits
+            # stay in ledger order, one at a time; the totals count committed batches only.
             committing: tuple[Future[int], _Batch, int] | None = None
             for chunk, last in _batches(reader.read(start, end), batch_size):
                 batch = _prepare_batch(

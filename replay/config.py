@@ -20,6 +20,7 @@ import msgspec
 from events.model import (
     MAX_NODE_GPUS,
     MILLI,
+    JobSubmitted,
     NodeRegistered,
     PolicyConfigured,
     QueueConfigured,
@@ -30,8 +31,8 @@ MAX_QUANTITY = 1e12
 """The largest amount or duration a file may give (GPUs, cores, GiB, seconds, rates).
 
 Far beyond any real cluster, yet in milli units and milliseconds it still fits the
-ledger's 64-bit integers; it also keeps out ``.inf``, which has no integer form (found by
-fuzzing: an infinite duration crashed the conversion).
+ledger's 64-bit integers; it also keeps out ``.inf``, which has no integer form (an
+infinite duration could not be converted to milliseconds).
 """
 
 NonNeg = Annotated[float, msgspec.Meta(ge=0, le=MAX_QUANTITY)]
@@ -155,7 +156,7 @@ class Choice(msgspec.Struct, tag="choice", forbid_unknown_fields=True, frozen=Tr
     weights: list[Positive] | None = None
 
     def __post_init__(self) -> None:
-        """Refuse weights that do not pair with the values (found by fuzzing)."""
+        """Refuse weights that do not pair with the values."""
         if self.weights is not None and len(self.weights) != len(self.values):
             raise ValueError(f"{len(self.weights)} weights for {len(self.values)} values")
 
@@ -354,6 +355,24 @@ def parse(raw: bytes | str, kind: type[T], source: str = "<input>") -> T:
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     return value
+
+
+class _Jobs(msgspec.Struct, forbid_unknown_fields=True):
+    jobs: list[JobSubmitted]
+
+
+def parse_jobs(raw: bytes, source: str) -> list[JobSubmitted]:
+    """``job.yaml`` (``gpuledger submit``): one ``job_submitted`` event's fields, or
+    ``jobs:`` with a list of them; ``ConfigError`` names ``source``."""
+    try:
+        data = msgspec.yaml.decode(raw)
+        if isinstance(data, dict) and "jobs" in data:
+            return msgspec.convert(data, _Jobs).jobs
+        if isinstance(data, dict):
+            data.setdefault("type", "job_submitted")
+        return [msgspec.convert(data, JobSubmitted)]
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.+) - at `(?P<path>[^`]+)`$")
@@ -555,7 +574,7 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
     for name, spec in by_name.items():
         if spec.parent and spec.parent not in by_name:
             raise ConfigError(f"queue {name}: parent {spec.parent!r} is not defined")
-    # Every parent exists now, so walking a chain cannot leave the tree (found by fuzzing).
+    # Every parent exists (checked above), so walking a chain cannot leave the tree.
     for name, spec in by_name.items():
         seen = {name}
         parent = spec.parent

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from events.filelog import FileLedger
 from events.model import (
     MILLI,
     Event,
@@ -89,7 +91,7 @@ def sample(value: Number, rng: random.Random) -> float:
         case LogNormal(median=median, sigma=sigma, max=cap):
             try:
                 drawn = median * math.exp(sigma * rng.gauss(0, 1))
-            except OverflowError:  # a huge sigma (found by fuzzing)
+            except OverflowError:  # a huge sigma
                 drawn = math.inf
             return min(drawn, cap if cap is not None else MAX_QUANTITY)
     raise ConfigError(f"unknown distribution {value!r}")  # pragma: no cover
@@ -490,3 +492,20 @@ class Simulation:
                             )
                 case _:
                     pass
+
+
+def simulate_into(
+    cluster: ClusterFile,
+    queues: QueuesFile,
+    workload: WorkloadFile,
+    policy: str | PolicyConfigured,
+    ledger: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    observe: Callable[[State, int], None] | None = None,
+) -> SimResult:
+    """Simulate ``workload`` on ``cluster`` under ``policy`` into the ledger directory
+    ``ledger`` (created if missing); ``ConfigError`` if the inputs do not fit together."""
+    with FileLedger.open(ledger) as writer:
+        sim = Simulation(cluster, queues, workload, policy, writer)
+        return sim.run(progress=progress, observe=observe)

@@ -10,10 +10,14 @@ and starts took, and simulates the rest under the new policy with the same world
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from events.codec import DecodeError, Envelope, decode_event
+from events.filelog import FileLedger, LedgerDirReader
 from events.model import (
     Event,
     JobCancelled,
@@ -30,8 +34,10 @@ from events.model import (
     QueueConfigured,
     QueueRemoved,
 )
-from replay.metrics import LedgerMetrics, percentile, tenant_rows
-from replay.sim import SimJob
+from events.port import LedgerReader
+from replay.config import PolicyFile, policy_event
+from replay.metrics import LedgerMetrics, collect, percentile, tenant_rows
+from replay.sim import SimJob, Simulation
 
 
 @dataclass(slots=True)
@@ -142,6 +148,60 @@ def replace_queues(history: History, queues: list[QueueConfigured]) -> None:
     """Swap the history's queue configuration for another (e.g. a 50/40/10 split)."""
     history.world = [(at, e) for at, e in history.world if not isinstance(e, QueueConfigured)]
     history.world[:0] = [(0, q) for q in queues]
+
+
+@dataclass(slots=True)
+class WhatIf:
+    """A what-if's outcome: the history it re-ran, the policy recorded and the one run, and
+    the comparison (``compare_rows``, ``changed_fates``)."""
+
+    history: History
+    recorded: PolicyConfigured
+    policy: PolicyConfigured
+    rows: list[dict[str, object]]
+    fates: list[dict[str, object]]
+
+
+def what_if(
+    reader: LedgerReader,
+    ledger: str | os.PathLike[str],
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    knobs: PolicyFile | None = None,
+    policy_name: str | None = None,
+    queues: list[QueueConfigured] | None = None,
+) -> WhatIf:
+    """Re-run the outside facts of ``reader``'s ledger between ``start_ms`` and ``end_ms``
+    into the new ledger directory ``ledger`` and compare each tenant before and after.
+
+    The policy is the recorded one with ``policy_name`` and ``knobs`` put in its place when
+    given; ``queues`` replace the recorded queue configuration."""
+    history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
+    recorded = history.policy or policy_event("gpuledger")
+    if knobs is not None:
+        policy = policy_event(policy_name or recorded.policy, knobs)
+    elif policy_name:
+        policy = msgspec.structs.replace(recorded, policy=policy_name)
+    else:
+        policy = recorded
+    if queues is not None:
+        replace_queues(history, queues)
+    with FileLedger.open(ledger) as writer:
+        sim = Simulation.from_inputs(
+            history.world,
+            history.jobs,
+            bind_ms=history.bind_ms,
+            startup_ms=history.startup_ms,
+            policy=policy,
+            writer=writer,
+        )
+        sim.run()
+    before = collect(reader.read(0), since_ms=start_ms)
+    after = collect(LedgerDirReader(ledger).read(0))
+    return WhatIf(
+        history, recorded, policy, compare_rows(before, after), changed_fates(before, after)
+    )
 
 
 # --------------------------------------------------------------------------- the report

@@ -1,4 +1,4 @@
-"""The cluster is the truth for what runs (core revision 5 on), as scenarios of the pure core.
+"""The cluster is the truth for what runs, as scenarios of the pure core.
 
 On a live ledger (``requeue_lost: false``) pods are API objects: a deleted pod frees what it
 held, a gang left below its minimum is ended (``JobTerminated``) and its survivors keep

@@ -78,7 +78,7 @@ def test_queue_tree_is_ordered_parents_first_and_validated() -> None:
     [
         ("queues:\n  - {name: a, parent: b}\n  - {name: b, parent: a}\n", "loops"),
         ("queues:\n  - {name: a, parent: ghost}\n", "parent 'ghost' is not defined"),
-        # found by fuzzing: a grandparent missing used to crash the loop check (KeyError)
+        # a missing grandparent is named, not a KeyError in the loop check
         (
             "queues:\n  - {name: c, parent: b}\n  - {name: b, parent: a}\n",
             "parent 'a' is not defined",

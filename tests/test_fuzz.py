@@ -211,9 +211,9 @@ def test_a_corrupted_segment_is_reported_by_log_verify(
     assert main(["replay", "--ledger", str(ledger), "--verify"]) == 2
 
 
-# --------------------------------------------------------------------------- found by atheris
-# Coverage-guided fuzzing (tests/fuzz, `make fuzz`) found these; each input is also kept in
-# tests/data/fuzz-regressions/ and replayed by tests/test_atheris.py.
+# ----------------------------------------------------------------------- fuzzing regressions
+# Inputs from coverage-guided fuzzing (tests/fuzz, `make fuzz`), written as scenarios; each is
+# also kept in tests/data/fuzz-regressions/ and replayed by tests/test_atheris.py.
 
 
 def _raw_envelope(**fields: object) -> bytes:
@@ -253,7 +253,8 @@ def test_strings_that_are_not_utf8_are_decode_errors() -> None:
 def test_json_numbers_msgpack_cannot_store_are_decode_errors(line: bytes, tmp_path: Path) -> None:
     with pytest.raises(DecodeError, match=r"in\.jsonl:1"):
         from_json_line(line, "in.jsonl:1")
-    # After good rows the import still appends nothing (it used to fail in the writer).
+    # After good rows the import still appends nothing: the bad row fails validation, not
+    # the writer.
     source = tmp_path / "in.jsonl"
     source.write_bytes(b'{"type":"tick","at":0,"payload":{"type":"tick"}}\n' * 5000 + line + b"\n")
     with FileLedger.open(tmp_path / "ledger") as writer, pytest.raises(DecodeError, match=":5001"):
@@ -284,7 +285,7 @@ def _segment_dir(tmp_path: Path, base: int, data: bytes) -> Path:
 def test_a_bad_header_fails_every_end_offset_call(tmp_path: Path) -> None:
     root = _segment_dir(tmp_path, 0, b"GPULEDG1\x01")
     reader = LedgerDirReader(root)
-    for _ in range(2):  # the second call used to skip the header check and return 0
+    for _ in range(2):  # every call checks the header, not only the first
         with pytest.raises(LedgerCorrupt, match="shorter than its 24-byte header"):
             reader.end_offset()
 
@@ -296,7 +297,7 @@ def test_following_from_before_the_first_segment_reports_the_gap(tmp_path: Path)
     with pytest.raises(LedgerCorrupt, match="segment starts at offset 7, records are missing"):
         list(reader.read())
     with pytest.raises(LedgerCorrupt, match="segment starts at offset 7, records are missing"):
-        list(reader.follow(0, idle_timeout_s=0))  # used to yield offset 7 as if 0..6 were there
+        list(reader.follow(0, idle_timeout_s=0))  # not offset 7 as if 0..6 were there
     assert [off for off, _ in reader.follow(7, idle_timeout_s=0)] == [7]
 
 

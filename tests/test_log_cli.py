@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -18,32 +15,11 @@ from events.filelog import FileLedger, LedgerDirReader
 from events.model import NodeRegistered, PodStarted
 
 
-def _sibling_clis_exist() -> bool:
-    return all(importlib.util.find_spec(m) for m in ("projections.cli", "replay.cli"))
-
-
 def run(argv: Sequence[str]) -> int:
-    """Run ``gpuledger ARGV``: the real entry point once every package's CLI exists.
+    """Run ``gpuledger ARGV`` through the console script's entry point."""
+    from scheduler.cli import main
 
-    Until then, a parser with just ``events.cli`` and the same error handling as
-    ``scheduler.cli.main``.
-    """
-    from scheduler.cli import CliError, main
-
-    if _sibling_clis_exist():
-        return main(list(argv))
-    from events import cli as events_cli
-
-    parser = argparse.ArgumentParser(prog="gpuledger")
-    sub = parser.add_subparsers(dest="command", required=True)
-    events_cli.register(sub)
-    args = parser.parse_args(list(argv))
-    try:
-        code: int = args.func(args)
-    except CliError as exc:
-        print(f"gpuledger: {exc}", file=sys.stderr)
-        return 2
-    return code
+    return main(list(argv))
 
 
 def env(i: int) -> Envelope:

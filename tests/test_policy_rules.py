@@ -197,8 +197,8 @@ def test_quota_reclaim_may_leave_the_victim_queue_below_its_fair_share() -> None
 
 
 def test_a_quota_edit_keeps_the_queue_s_running_jobs_reclaimable() -> None:
-    # Found in revision 3: re-configuring a queue dropped its running jobs from the
-    # core's books (no longer victims, no longer counted against non-preemptible quota).
+    # Re-configuring a queue keeps its running jobs on the core's books: still victims,
+    # still counted against non-preemptible quota.
     w = World(node("n1"), node("n2"), queue("a", deserved=8), queue("b", deserved=8))
     w.at(0, job("a1", "a", pods=2, gpus=8))
     w.start(1, "a1")
@@ -557,8 +557,8 @@ def test_fair_share_golden_limits_weights_and_priorities_by_hand() -> None:
 
 
 def test_a_queue_within_its_quota_goes_before_one_that_would_borrow() -> None:
-    """Regression (found by the property test): q0 borrowed 4 GPUs and lost them to q1's
-    quota reclaim in the same cycle. Now q1, within its quota, goes first."""
+    """q1, within its quota, goes before q0, which would borrow: otherwise q0 borrows 4
+    GPUs and loses them to q1's quota reclaim in the same cycle."""
     w = World(node("a", gpus=2), node("b", gpus=2), queue("q0", deserved=1, weight=0),
               queue("q1", deserved=1, weight=0))  # fmt: skip
     got = w.at(1, job("gang", "q0", pods=4, gpus=1), job("svc", "q1", gpus=1, cls="build"))

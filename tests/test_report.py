@@ -12,7 +12,6 @@ import pytest
 
 from events.codec import to_json_line
 from events.model import Event, JobPreempted, QueueConfigured
-from projections.cli import register
 from projections.projector import project
 from projections.report import (
     COMPARE_COLUMNS,
@@ -24,6 +23,7 @@ from projections.report import (
     tenant_report,
 )
 from scheduler.cli import CliError
+from scheduler.cli.project import register
 from tests.test_projector import ListReader, allocated, finished, ledger, started, submit
 
 

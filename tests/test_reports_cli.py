@@ -19,12 +19,12 @@ from events.filelog import FileLedger, LedgerDirReader
 from events.memlog import MemoryLedger
 from events.metrics import MetricsError, parse_csv, parse_dcgm, read_samples
 from events.model import Event, JobPreempted, QueueConfigured
-from projections.cli import register
 from projections.html import render_html
 from projections.parquet import export_parquet, open_parquet
 from projections.projector import connect, project
 from projections.report import full_report, parse_window
 from scheduler.cli import CliError
+from scheduler.cli.project import register
 from tests.simkit import demo_inputs, simulate
 from tests.test_history import rows, slo_ledger, two_gpu_run
 from tests.test_projector import finished, ledger, started, submit

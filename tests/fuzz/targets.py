@@ -32,7 +32,6 @@ from typing import Any
 
 import msgspec
 
-from events.cli import _import_from
 from events.codec import (
     DecodeError,
     Envelope,
@@ -56,7 +55,7 @@ from events.filelog import (
     segment_name,
     verify,
 )
-from events.jsonl import export_jsonl, import_jsonl
+from events.jsonl import export_jsonl, import_jsonl, import_jsonl_into
 from events.memlog import MemoryLedger
 from events.model import TAGS, Event, PolicyConfigured
 from replay.config import (
@@ -649,8 +648,8 @@ class _Pipe(io.RawIOBase):
 def fuzz_jsonl(data: bytes) -> None:
     """JSON Lines import: every row valid and stored, or ``DecodeError`` and nothing appended.
 
-    What was imported exports, re-imports and exports again byte for byte. Through the CLI
-    path (``gpuledger log import``) a rejected import leaves no ledger directory behind.
+    What was imported exports, re-imports and exports again byte for byte. Into a new
+    directory (``import_jsonl_into``, as ``gpuledger log import`` does) a rejected import leaves no ledger directory behind.
     """
     if not data:
         return
@@ -660,7 +659,7 @@ def fuzz_jsonl(data: bytes) -> None:
         ledger = scratch() / "imported"
         shutil.rmtree(ledger, ignore_errors=True)
         try:
-            count, first = _import_from(src, str(ledger), "fuzz.jsonl")
+            count, first = import_jsonl_into(src, ledger, source_name="fuzz.jsonl")
         except DecodeError as exc:
             assert "fuzz.jsonl:" in str(exc), exc
             assert not ledger.exists(), "a rejected import left a ledger behind"

@@ -1,4 +1,9 @@
-"""The ``gpuledger`` command line: a thin shell over the library calls of each package."""
+"""The ``gpuledger`` command line: a thin shell over the library calls of each package.
+
+Every command-line module lives in this package, one per command group (``log``,
+``project``, ``serve``, ``replay``, ``trace``, ``live``, ``kube``); it is the top layer,
+which nothing else imports. A user's mistake is a ``CliError`` (``scheduler.cli.errors``).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,28 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from events.clierror import CliError
+from scheduler.cli.errors import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree; each package registers its own sub-commands."""
-    from events import cli as events_cli  # noqa: PLC0415  # keep `gpuledger --help` fast
-    from projections import cli as projections_cli  # noqa: PLC0415
-    from replay import cli as replay_cli  # noqa: PLC0415
-    from replay import trace_cli  # noqa: PLC0415
-    from scheduler import live_cli  # noqa: PLC0415
-    from scheduler.kube import cli as kube_cli  # noqa: PLC0415
+    """The whole command tree; each command module registers its own sub-commands."""
+    # Imported here, so that importing this package (for ``main`` or ``CliError``) loads
+    # no command's dependencies.
+    from scheduler.cli import kube, live, log, project, replay, serve, trace  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="gpuledger", description="An event-sourced GPU batch scheduler with a replayable log."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    events_cli.register(sub)
-    projections_cli.register(sub)
-    replay_cli.register(sub)
-    trace_cli.register(sub)
-    live_cli.register(sub)
-    kube_cli.register(sub)
+    log.register(sub)
+    project.register(sub)
+    serve.register(sub)
+    replay.register(sub)
+    trace.register(sub)
+    live.register(sub)
+    kube.register(sub)
     return parser
 
 
@@ -45,7 +48,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `gpuledger log cat | head` is normal use
         return 0
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

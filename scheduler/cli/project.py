@@ -22,9 +22,6 @@ from typing import IO, Any
 import duckdb
 import msgspec
 
-from events.cli import refuse_kafka_url
-from events.clierror import CliError
-from events.codec import DecodeError
 from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
 from projections.report import (
@@ -34,6 +31,7 @@ from projections.report import (
     render_full_report,
     render_table,
 )
+from scheduler.cli.errors import CliError, ledger_errors, open_ledger, refuse_kafka_url
 
 __all__ = ["register"]
 
@@ -132,10 +130,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     mi.set_defaults(func=_metrics_import)
 
-    from projections.console import cli as console_cli  # noqa: PLC0415  # no server imports
-
-    console_cli.register(sub)
-
 
 def _add_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
@@ -222,7 +216,7 @@ def _project_or_follow(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     source = args.ledger if args.follow is None else args.follow
-    reader = _open_ledger(source)
+    reader = open_ledger(source)
     try:
         if args.follow is None:
             return _project(args, reader, source)
@@ -244,21 +238,8 @@ def _project_or_follow(args: argparse.Namespace) -> int:
         reader.close()
 
 
-def _open_ledger(source: str) -> LedgerReader:
-    # Imported here: the file log is optional for every other sub-command.
-    from events.filelog import LedgerError  # noqa: PLC0415
-    from events.sources import open_reader  # noqa: PLC0415
-
-    try:
-        return open_reader(source)
-    except (LedgerError, OSError, ValueError) as exc:
-        raise CliError(f"cannot open ledger {source}: {exc}") from exc
-
-
 def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int:
     """One incremental run of the projection of ``reader`` (``source``) into ``--db``."""
-    from events.filelog import LedgerError  # noqa: PLC0415
-
     show_progress = sys.stderr.isatty()
 
     def progress(stats: ProjectStats) -> None:
@@ -266,15 +247,14 @@ def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int
         sys.stderr.flush()
 
     try:
-        stats = project(
-            reader,
-            args.db,
-            rebuild=args.rebuild,
-            batch_size=args.batch_size,
-            progress=progress if show_progress else None,
-        )
-    except (DecodeError, LedgerError) as exc:
-        raise CliError(f"ledger {source}: {exc}") from exc
+        with ledger_errors(f"ledger {source}: "):
+            stats = project(
+                reader,
+                args.db,
+                rebuild=args.rebuild,
+                batch_size=args.batch_size,
+                progress=progress if show_progress else None,
+            )
     except (SchemaError, ValueError, duckdb.Error) as exc:
         raise CliError(f"{args.db}: {exc}") from exc
     finally:
@@ -333,7 +313,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _metrics_import(args: argparse.Namespace) -> int:
-    from events.filelog import FileLedger, LedgerError  # noqa: PLC0415
+    from events.filelog import FileLedger  # noqa: PLC0415
     from events.metrics import MetricsError, envelopes, read_samples  # noqa: PLC0415
 
     refuse_kafka_url(args.ledger, "--ledger", "metrics import", "a ledger directory")
@@ -341,15 +321,12 @@ def _metrics_import(args: argparse.Namespace) -> int:
         samples = read_samples(args.file, args.format, default_at=args.at, shift_ms=args.shift_ms)
     except MetricsError as exc:
         raise CliError(str(exc)) from exc
-    try:
+    with ledger_errors(f"cannot open ledger {args.ledger}: "):
         writer = FileLedger.open(args.ledger, create=False)
-    except (LedgerError, OSError) as exc:
-        raise CliError(f"cannot open ledger {args.ledger}: {exc}") from exc
     try:
-        batch = list(envelopes(samples))
-        first = writer.append(batch) if batch else writer.end_offset()
-    except (LedgerError, OSError) as exc:
-        raise CliError(f"ledger {args.ledger}: {exc}") from exc
+        with ledger_errors(f"ledger {args.ledger}: "):
+            batch = list(envelopes(samples))
+            first = writer.append(batch) if batch else writer.end_offset()
     finally:
         writer.close()
     nodes = len({s.node for s in samples})

@@ -12,8 +12,6 @@ from typing import Any
 
 import msgspec
 
-from events.cli import refuse_kafka_url
-from events.clierror import CliError
 from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
@@ -27,9 +25,8 @@ from replay.config import (
     policy_event,
     queue_events,
 )
+from scheduler.cli.errors import CliError, ledger_errors, open_ledger, refuse_kafka_url
 from scheduler.core.policy import POLICIES
-
-EXAMPLES = Path(__file__).parent / "examples"
 
 
 def register(sub: Any) -> None:
@@ -145,7 +142,7 @@ def _progress(start: float) -> Any:
     return show
 
 
-def simulate_to(
+def _simulate_into(
     cluster: ClusterFile,
     queues: QueuesFile,
     workload: WorkloadFile,
@@ -155,15 +152,14 @@ def simulate_to(
     show_progress: bool = False,
     observe: Any = None,
 ) -> Any:
-    """Run a simulation into a new ledger directory; returns the SimResult."""
-    from events.filelog import FileLedger  # noqa: PLC0415  # heavy imports only when used
-    from replay.sim import Simulation  # noqa: PLC0415
+    """``replay.sim.simulate_into`` with a progress line on stderr; returns the SimResult."""
+    from replay.sim import simulate_into  # noqa: PLC0415  # heavy imports only when used
 
+    progress = _progress(time.perf_counter()) if show_progress else None
     try:
-        with FileLedger.open(ledger) as writer:
-            sim = Simulation(cluster, queues, workload, policy, writer)
-            progress = _progress(time.perf_counter()) if show_progress else None
-            result = sim.run(progress=progress, observe=observe)
+        result = simulate_into(
+            cluster, queues, workload, policy, ledger, progress=progress, observe=observe
+        )
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     if show_progress:
@@ -188,7 +184,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     monitor = None if args.no_fairness else FairnessMonitor()
     started = time.perf_counter()
-    result = simulate_to(
+    result = _simulate_into(
         cluster,
         queues,
         workload,
@@ -240,30 +236,20 @@ def parse_bound(text: str, origin_ms: int = 0, wall: bool = False) -> tuple[str,
 def _clock(reader: Any) -> tuple[int, bool]:
     """Where relative times count from, and whether the ledger runs on wall time: a live
     ledger's ``6h`` is six hours after its first record, a simulated one's after 0."""
-    from events.codec import DecodeError  # noqa: PLC0415
-    from events.filelog import LedgerError  # noqa: PLC0415
-    from events.ledgertime import is_wall_clock  # noqa: PLC0415
+    from events.ledgertime import clock_of  # noqa: PLC0415
 
-    try:
-        for _, env in reader.read(0, 1):
-            first = int(env.at)
-            return (first, True) if is_wall_clock(first) else (0, False)
-    except (LedgerError, DecodeError, OSError) as exc:
-        raise CliError(str(exc)) from exc
-    return (0, False)
+    with ledger_errors():
+        return clock_of(reader)
 
 
 def _offset_of(reader: Any, bound: tuple[str, int] | None, default: int | None) -> int | None:
     """The first offset at or after a bound (a time is looked up in the ledger)."""
     if bound is None:
         return default
+    from events.ledgertime import offset_at  # noqa: PLC0415
+
     kind, value = bound
-    if kind == "offset":
-        return value
-    for offset, env in reader.read(0):
-        if env.at >= value:
-            return int(offset)
-    return int(reader.end_offset())
+    return value if kind == "offset" else offset_at(reader, value)
 
 
 def _time_of(reader: Any, bound: tuple[str, int] | None) -> int | None:
@@ -278,32 +264,18 @@ def _time_of(reader: Any, bound: tuple[str, int] | None) -> int | None:
     return None
 
 
-def _open(src: str) -> Any:
-    from events.filelog import LedgerError  # noqa: PLC0415
-    from events.sources import open_reader  # noqa: PLC0415
-
-    try:
-        return open_reader(src)
-    except (LedgerError, OSError) as exc:
-        raise CliError(str(exc)) from exc
-
-
 def _replay(args: argparse.Namespace) -> int:
     if args.policy or args.policy_name or args.queues or args.out:
         return _whatif(args)
-    from events.codec import DecodeError  # noqa: PLC0415
-    from events.filelog import LedgerError  # noqa: PLC0415
     from replay.verify import run  # noqa: PLC0415
 
-    reader = _open(args.ledger)
+    reader = open_ledger(args.ledger)
     started = time.perf_counter()
-    try:
+    with ledger_errors():
         clock = _clock(reader)
         start = _offset_of(reader, parse_bound(args.start, *clock), 0) or 0
         end = _offset_of(reader, parse_bound(args.end, *clock) if args.end else None, None)
         result = run(reader, start=start, end=end)
-    except (LedgerError, DecodeError, OSError) as exc:
-        raise CliError(str(exc)) from exc
     elapsed = time.perf_counter() - started
     rate = result.records / elapsed if elapsed > 0 else 0.0
     print(
@@ -331,52 +303,39 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    from events.filelog import FileLedger  # noqa: PLC0415
     from projections.report import render_table  # noqa: PLC0415
-    from replay.metrics import collect  # noqa: PLC0415
-    from replay.sim import Simulation  # noqa: PLC0415
-    from replay.whatif import changed_fates, compare_rows, extract, replace_queues  # noqa: PLC0415
+    from replay.whatif import what_if  # noqa: PLC0415
 
     if not args.out:
         raise CliError("a what-if needs --out DIR for its ledger and report")
     refuse_kafka_url(args.out, "--out", "replay", "a directory for the what-if's ledger and report")
-    reader = _open(args.ledger)
+    reader = open_ledger(args.ledger)
     clock = _clock(reader)
     start_ms = _time_of(reader, parse_bound(args.start, *clock)) if args.start != "0" else None
     end_ms = _time_of(reader, parse_bound(args.end, *clock)) if args.end else None
-    history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
-    recorded = history.policy or policy_event("gpuledger")
     try:
-        if args.policy:
-            knobs = load(args.policy, PolicyFile)
-            policy = policy_event(args.policy_name or recorded.policy, knobs)
-        elif args.policy_name:
-            policy = msgspec.structs.replace(recorded, policy=args.policy_name)
-        else:
-            policy = recorded
-        if args.queues:
-            replace_queues(history, queue_events(load(args.queues, QueuesFile)))
+        knobs = load(args.policy, PolicyFile) if args.policy else None
+        queues = queue_events(load(args.queues, QueuesFile)) if args.queues else None
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     out = Path(args.out)
     _fresh_dir(out, force=False)
-    with FileLedger.open(out / "ledger") as writer:
-        sim = Simulation.from_inputs(
-            history.world,
-            history.jobs,
-            bind_ms=history.bind_ms,
-            startup_ms=history.startup_ms,
-            policy=policy,
-            writer=writer,
+    try:
+        result = what_if(
+            reader,
+            out / "ledger",
+            start_ms=start_ms,
+            end_ms=end_ms,
+            knobs=knobs,
+            policy_name=args.policy_name,
+            queues=queues,
         )
-        sim.run()
-    before = collect(reader.read(0), since_ms=start_ms)
-    after = collect(_open(str(out / "ledger")).read(0))
-    rows = compare_rows(before, after)
-    fates = changed_fates(before, after)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    history, rows, fates = result.history, result.rows, result.fates
     changes = []
-    if policy != recorded:
-        changes.append(f"policy {recorded.policy} -> {policy.policy}")
+    if result.policy != result.recorded:
+        changes.append(f"policy {result.recorded.policy} -> {result.policy.policy}")
     if args.queues:
         changes.append(f"queues from {args.queues}")
     print(
@@ -426,7 +385,7 @@ def _state(args: argparse.Namespace) -> int:
     from projections.report import render_table  # noqa: PLC0415
     from replay.inspect import state_at  # noqa: PLC0415
 
-    reader = _open(args.ledger)
+    reader = open_ledger(args.ledger)
     clock = _clock(reader)
     bound = parse_bound(args.at, *clock)
     snapshot = state_at(reader, bound)
@@ -452,10 +411,11 @@ def _demo(args: argparse.Namespace) -> int:
     from projections.report import compare_reports  # noqa: PLC0415
 
     refuse_kafka_url(args.out, "--out", "demo", "a directory for the ledgers and databases")
+    from replay.examples import EXAMPLES  # noqa: PLC0415
+
+    demo = EXAMPLES["demo"]
     cluster, queues, workload = _load_inputs(
-        str(EXAMPLES / "demo-cluster.yaml"),
-        str(EXAMPLES / "demo-queues.yaml"),
-        str(EXAMPLES / "demo-workload.yaml"),
+        str(demo.path("cluster")), str(demo.path("queues")), str(demo.path("workload"))
     )
     out = Path(args.out)
     gpus = sum(g.count * g.gpus for g in cluster.nodes)
@@ -473,7 +433,7 @@ def _demo(args: argparse.Namespace) -> int:
         db = out / policy / "history.duckdb"
         _fresh_dir(out / policy, force=True)
         started = time.perf_counter()
-        result = simulate_to(cluster, queues, workload, policy, ledger)
+        result = _simulate_into(cluster, queues, workload, policy, ledger)
         project(open_reader(ledger), str(db), rebuild=True)
         print(
             f"  {policy:<9} {result.jobs} jobs, {result.records} ledger records, "

@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 
-from events.clierror import CliError
 from replay.config import ConfigError
 from replay.traces import (
     FORMATS,
@@ -27,6 +26,8 @@ from replay.traces import (
     load_mapping,
     write_atomic,
 )
+from scheduler.cli import replay as replay_cli
+from scheduler.cli.errors import CliError
 
 
 def register(sub: Any) -> None:
@@ -115,8 +116,6 @@ def _import(args: argparse.Namespace) -> int:
 
 def _simulate_imported(args: argparse.Namespace) -> int:
     """Straight to a simulation: the same command as ``gpuledger simulate`` on the files."""
-    from replay import cli as replay_cli  # noqa: PLC0415  # replay.cli registers this module
-
     argv = [
         "simulate",
         "--cluster", str(args.cluster_out),

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from events.clierror import CliError
+from scheduler.cli.errors import CliError, open_ledger
 
 __all__ = ["default_db", "register"]
 
@@ -61,8 +61,6 @@ def default_db(ledger: str) -> str:
 def _serve(args: argparse.Namespace) -> int:
     import duckdb  # noqa: PLC0415
 
-    from events.filelog import LedgerError  # noqa: PLC0415
-    from events.sources import open_reader  # noqa: PLC0415
     from projections.console.app import (  # noqa: PLC0415  # the server's libraries
         Console,
         ListenError,
@@ -78,10 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise CliError(str(exc)) from exc
     db = args.db or default_db(args.ledger)
-    try:
-        reader = open_reader(args.ledger)
-    except (LedgerError, OSError, ValueError) as exc:
-        raise CliError(f"cannot open ledger {args.ledger}: {exc}") from exc
+    reader = open_ledger(args.ledger)
 
     def log(message: str) -> None:
         sys.stderr.write(f"gpuledger serve: {message}\n")

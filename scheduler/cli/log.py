@@ -1,24 +1,23 @@
-"""``gpuledger log``: look into, check, export and import the embedded ledger."""
+"""``gpuledger log``: look into, check, export and import a ledger (a directory, a JSON Lines
+export or a Kafka ledger topic; ``verify`` and ``import`` work on directories only)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from events.clierror import CliError
-from events.codec import DecodeError, Envelope, to_json_line
-from events.filelog import FileLedger, LedgerError, verify
-from events.jsonl import export_jsonl, import_jsonl
-from events.ledgertime import is_wall_clock, parse_at
+from events.codec import Envelope, to_json_line
+from events.filelog import verify
+from events.jsonl import export_jsonl, import_jsonl_into
+from events.ledgertime import clock_of, offset_at, parse_at
 from events.model import TAGS
 from events.port import LedgerReader
-from events.sources import open_reader
+from scheduler.cli.errors import CliError, ledger_errors, open_ledger, refuse_kafka_url
 
 
 def _add_range(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -146,45 +145,12 @@ def _resolve(reader: LedgerReader, bound: int | str | None) -> int | None:
     """The offset of a bound: itself, or the first record at or after the moment."""
     if bound is None or isinstance(bound, int):
         return bound
-    first = next(iter(reader.read(0, 1)), None)
-    origin = int(first[1].at) if first is not None else 0
-    wall = is_wall_clock(origin)
+    origin, wall = clock_of(reader)
     try:
-        moment = parse_at(bound, wall, origin if wall else 0)
+        moment = parse_at(bound, wall, origin)
     except ValueError as exc:
         raise CliError(f"--from/--until: {exc}") from None
-    for offset, env in reader.read(0):
-        if env.at >= moment:
-            return int(offset)
-    return int(reader.end_offset())
-
-
-KAFKA_SCHEME = "kafka://"
-
-
-def refuse_kafka_url(value: str | None, option: str, command: str, wants: str) -> None:
-    """Fail (``CliError`` naming ``option``) when ``value`` is a ``kafka://`` URL.
-
-    For options that take a ledger directory only: taken as a path, a URL would be reported
-    as a missing directory, or be created as one (``kafka:/HOST:PORT/PREFIX``).
-    """
-    if value is not None and value[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME:
-        raise CliError(
-            f"{option} {value}: `gpuledger {command}` cannot use a Kafka ledger; "
-            f"{option} takes {wants}"
-        )
-
-
-@contextlib.contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn the ledger's and the file system's errors into one-line CLI errors."""
-    try:
-        yield
-    except (LedgerError, DecodeError) as exc:
-        raise CliError(str(exc)) from None
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        raise CliError(f"{where}{exc.strerror or exc}") from None
+    return offset_at(reader, moment)
 
 
 def _stdout() -> IO[bytes]:
@@ -197,7 +163,7 @@ def _reading(ledger: str) -> Iterator[LedgerReader]:
     """The reader of ``ledger`` (directory or ``kafka://``), closed when the command ends:
     a Kafka reader holds a consumer whose connections would otherwise be left to the
     garbage collector (and its "Unclosed AIOKafkaConsumer" warning)."""
-    reader = open_reader(ledger)
+    reader = open_ledger(ledger)
     try:
         yield reader
     finally:
@@ -242,7 +208,7 @@ def _cat(args: argparse.Namespace) -> int:
     if args.follow and args.end is not None:
         raise CliError("--until and --follow cannot be combined: a followed ledger has no end")
     out = _stdout()
-    with _user_errors(), _reading(args.ledger) as reader:
+    with ledger_errors(), _reading(args.ledger) as reader:
         start = _resolve(reader, args.start) or 0
         if args.follow:
             _print_followed(reader.follow(start, idle_timeout_s=args.idle_timeout), out, types)
@@ -256,7 +222,7 @@ def _cat(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     out = _stdout()
-    with _user_errors(), _reading(args.ledger) as reader:
+    with ledger_errors(), _reading(args.ledger) as reader:
         end = reader.end_offset()
         for off, env in _last_records(reader, args.count, end):
             out.write(to_json_line(off, env, iso=True) + b"\n")
@@ -274,7 +240,7 @@ def _verify(args: argparse.Namespace) -> int:
         "a ledger directory, whose segment files it checks (to check a Kafka ledger's "
         "decisions, run `gpuledger replay --ledger URL --verify`)",
     )
-    with _user_errors():
+    with ledger_errors():
         if not Path(args.ledger).is_dir():
             raise CliError(f"{args.ledger}: not a ledger directory")
         report = verify(args.ledger)
@@ -298,7 +264,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     # A Kafka ledger topic (kafka://…) exports like a directory does.
-    with _user_errors(), _reading(args.ledger) as reader:
+    with ledger_errors(), _reading(args.ledger) as reader:
         start, end = _resolve(reader, args.start) or 0, _resolve(reader, args.end)
         if args.out == "-":
             out = _stdout()
@@ -327,27 +293,12 @@ def _export_file(reader: LedgerReader, target: Path, start: int, end: int | None
 
 def _import(args: argparse.Namespace) -> int:
     refuse_kafka_url(args.ledger, "--ledger", "log import", "a ledger directory")
-    with _user_errors():
+    with ledger_errors():
         if args.source == "-":
-            count, first = _import_from(sys.stdin.buffer, args.ledger, "<stdin>")
+            count, first = import_jsonl_into(sys.stdin.buffer, args.ledger, source_name="<stdin>")
         else:
             with open(args.source, "rb") as f:
-                count, first = _import_from(f, args.ledger, args.source)
+                count, first = import_jsonl_into(f, args.ledger, source_name=args.source)
     span = f" (offsets {first}..{first + count - 1})" if count else ""
     sys.stderr.write(f"imported {count} records into {args.ledger}{span}\n")
     return 0
-
-
-def _import_from(src: IO[bytes], ledger: str, name: str) -> tuple[int, int]:
-    created = not Path(ledger).exists()
-    with FileLedger.open(ledger) as writer:
-        first = writer.end_offset()
-        try:
-            return import_jsonl(src, writer, source_name=name), first
-        except BaseException:
-            # A rejected import into a new directory should not leave an empty ledger
-            # behind; one that already has records is never removed.
-            if created and writer.end_offset() == 0:
-                writer.close()
-                shutil.rmtree(ledger, ignore_errors=True)
-            raise

@@ -15,14 +15,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from events.clierror import CliError
-from scheduler.live_cli import add_security_arguments
+from scheduler.cli.errors import (
+    CliError,
+    kafka_errors,
+    ledger_errors,
+    open_ledger,
+    refuse_kafka_url,
+)
+from scheduler.cli.live import add_security_arguments, security_of
 
 if TYPE_CHECKING:
     from scheduler.kube.transport import Deployment
-
-FENCED_EXIT = 3
-"""Exit status when a newer instance of the component took over (as ``scheduler run``)."""
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +42,10 @@ def _is_kafka(where: str) -> bool:
     return where.startswith("kafka://")
 
 
-def _refuse_kafka(command: str, **where: str) -> None:
-    """``CliError`` when a ``kafka://`` URL is given to a command that works on files only."""
-    for flag, value in where.items():
-        if _is_kafka(value):
-            raise CliError(
-                f"kube {command} --{flag} {value}: the embedded scheduler works on directories "
-                "only; on Kafka run the scheduler service (gpuledger scheduler run --bootstrap "
-                "HOST:PORT --prefix PREFIX) with kube ingest/bind on the same kafka:// URL"
-            )
-
-
 def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
     """The ``kafka://`` deployment of ``--<flag>``, with the security flags and environment."""
     from events.kafka_security import KafkaLogError  # noqa: PLC0415
     from scheduler.kube.transport import parse_deployment  # noqa: PLC0415
-    from scheduler.live_cli import security_of  # noqa: PLC0415
 
     try:
         return parse_deployment(getattr(args, flag), topic=topic, security=security_of(args))
@@ -62,23 +53,23 @@ def _deployment(args: argparse.Namespace, flag: str, topic: str) -> Deployment:
         raise CliError(f"--{flag}: {exc}") from None
 
 
-def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Broker refusals as one-line CLI errors; a fenced instance exits with status 3."""
+def _fenced_exits(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Broker refusals as one-line CLI errors; an instance fenced by a newer one exits with
+    ``scheduler run``'s status for the same case (``FENCED_EXIT``, 3)."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        from events.kafka_security import KafkaLogError  # noqa: PLC0415
         from scheduler.kube.transport import SinkFenced  # noqa: PLC0415
 
         try:
             return func(args)
-        except KafkaLogError as exc:
-            raise CliError(str(exc)) from None
         except SinkFenced as exc:
+            from scheduler.service import FENCED_EXIT  # noqa: PLC0415  # only when fenced
+
             log.error("%s; exiting", exc)  # the traceback adds nothing
             return FENCED_EXIT
 
-    return run
+    return kafka_errors(run)
 
 
 def _ingest(args: argparse.Namespace) -> int:
@@ -96,17 +87,14 @@ def _ingest(args: argparse.Namespace) -> int:
         if isinstance(intake, IntakeSink):
             intake.close()
         raise
-    from events.filelog import LedgerError  # noqa: PLC0415
-    from events.sources import open_reader  # noqa: PLC0415
-
     # The ledger to reconcile against: given, or on Kafka the deployment's own.
     source = args.ledger or (args.intake if _is_kafka(args.intake) else None)
     try:
-        ledger = None if source is None else open_reader(source)
-    except LedgerError as exc:
+        ledger = None if source is None else open_ledger(source)
+    except CliError:
         if isinstance(intake, IntakeSink):
             intake.close()
-        raise CliError(f"--ledger {source}: {exc}") from exc
+        raise
     stop = _stop_on_signals()
     Ingestor(api, intake, ledger=ledger, resync_s=args.resync_s).run(stop.is_set)
     return 0
@@ -166,15 +154,20 @@ def _bind(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from events.filelog import LedgerError  # noqa: PLC0415
     from scheduler.embedded import EmbeddedRunner  # noqa: PLC0415
 
-    _refuse_kafka("schedule", intake=args.intake, ledger=args.ledger)
+    for flag, value in (("--intake", args.intake), ("--ledger", args.ledger)):
+        refuse_kafka_url(
+            value,
+            flag,
+            "kube schedule",
+            "a directory: the embedded scheduler works on directories only; on Kafka run the "
+            "scheduler service (gpuledger scheduler run --bootstrap HOST:PORT --prefix PREFIX) "
+            "with kube ingest/bind on the same kafka:// URL",
+        )
     stop = _stop_on_signals()
-    try:
+    with ledger_errors():
         runner = EmbeddedRunner(args.intake, args.ledger)
-    except LedgerError as exc:
-        raise CliError(str(exc)) from exc
     try:
         stats = runner.run(stop.is_set)
     finally:
@@ -209,7 +202,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="list every pod and compare with intake and the ledger this often (default 300)",
     )
     add_security_arguments(p)
-    p.set_defaults(func=_with_logging(_kafka_errors(_ingest)))
+    p.set_defaults(func=_with_logging(_fenced_exits(_ingest)))
 
     p = cmds.add_parser("bind", help="follow the ledger; bind, evict and emit Events")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
@@ -227,7 +220,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--workers", type=int, default=32, help="parallel bind calls (default 32)")
     add_security_arguments(p)
-    p.set_defaults(func=_with_logging(_kafka_errors(_bind)))
+    p.set_defaults(func=_with_logging(_fenced_exits(_bind)))
 
     p = cmds.add_parser(
         "schedule", help="embedded scheduler loop: follow intake, run cycles, append the ledger"

@@ -7,21 +7,20 @@ the scheduler service decides what enters the ledger.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
 import msgspec
 
-from events.clierror import CliError
 from events.kafka_admin import DEFAULT_BOOTSTRAP, DEFAULT_DOMAIN, DEFAULT_PREFIX, KafkaSettings
 from events.kafka_security import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaLogError, KafkaSecurity
-from events.model import Event, JobSubmitted, Tick
+from events.model import Event, Tick
+from scheduler.cli.errors import CliError, kafka_errors
 from scheduler.intake import read_dead_letters, send_events, send_intake
 
 
@@ -127,19 +126,6 @@ def settings_of(args: argparse.Namespace) -> KafkaSettings:
     )
 
 
-def _kafka_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Report the broker's refusals (credentials, protocol, topics) as one-line CLI errors."""
-
-    @functools.wraps(func)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except KafkaLogError as exc:
-            raise CliError(str(exc)) from None
-
-    return run
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the live-path commands to the ``gpuledger`` parser."""
     sched = sub.add_parser("scheduler", help="the live scheduler service on Kafka")
@@ -164,18 +150,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="dead-letter intake stamped more than this ahead of the scheduler's clock",
     )
     run.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    run.set_defaults(func=_kafka_errors(_run))
+    run.set_defaults(func=kafka_errors(_run))
 
     clock = sub.add_parser("clock", help="emit tick events to intake at a fixed period")
     _common(clock)
     clock.add_argument("--every", default="10s", help="period, e.g. 500ms, 10s, 1m")
     clock.add_argument("--count", type=int, help="stop after this many ticks")
-    clock.set_defaults(func=_kafka_errors(_clock))
+    clock.set_defaults(func=kafka_errors(_clock))
 
     submit = sub.add_parser("submit", help="submit jobs (job_submitted events in YAML) to intake")
     _common(submit)
     submit.add_argument("-f", "--file", required=True, help="job.yaml: one job or {jobs: [...]}")
-    submit.set_defaults(func=_kafka_errors(_submit))
+    submit.set_defaults(func=kafka_errors(_submit))
 
     for noun, helptext in (("queues", "queues.yaml"), ("nodes", "cluster.yaml")):
         p = sub.add_parser(noun, help=f"send {noun} from {helptext} to intake")
@@ -183,17 +169,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         a = c.add_parser("apply", help=f"send the {noun} of {helptext} to intake")
         _common(a)
         a.add_argument("-f", "--file", required=True, help=helptext)
-        a.set_defaults(func=_kafka_errors(_apply), noun=noun)
+        a.set_defaults(func=kafka_errors(_apply), noun=noun)
 
     dlq = sub.add_parser("dlq", help="list or re-submit dead letters")
     dc = dlq.add_subparsers(dest="dlq_command", required=True, metavar="SUBCOMMAND")
     ls = dc.add_parser("list", help="print dead letters as JSON Lines")
     _common(ls)
-    ls.set_defaults(func=_kafka_errors(_dlq_list))
+    ls.set_defaults(func=kafka_errors(_dlq_list))
     rp = dc.add_parser("replay", help="send dead letters back to intake")
     _common(rp)
     rp.add_argument("--offset", type=int, action="append", help="only these dead-letter offsets")
-    rp.set_defaults(func=_kafka_errors(_dlq_replay))
+    rp.set_defaults(func=kafka_errors(_dlq_replay))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -247,26 +233,14 @@ def _clock(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Jobs(msgspec.Struct, forbid_unknown_fields=True):
-    jobs: list[JobSubmitted]
-
-
-def load_jobs(raw: bytes, source: str) -> list[JobSubmitted]:
-    """``job.yaml``: one ``job_submitted`` event's fields, or ``jobs:`` with a list of them."""
-    try:
-        data = msgspec.yaml.decode(raw)
-        if isinstance(data, dict) and "jobs" in data:
-            return msgspec.convert(data, _Jobs).jobs
-        if isinstance(data, dict):
-            data.setdefault("type", "job_submitted")
-        return [msgspec.convert(data, JobSubmitted)]
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise CliError(f"{source}: {exc}") from exc
-
-
 def _submit(args: argparse.Namespace) -> int:
-    with open(args.file, "rb") as f:
-        jobs = load_jobs(f.read(), args.file)
+    from replay.config import ConfigError, parse_jobs  # noqa: PLC0415
+
+    try:
+        with open(args.file, "rb") as f:
+            jobs = parse_jobs(f.read(), args.file)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
     offsets = send_events(settings_of(args), args.domain, jobs)
     for job, off in zip(jobs, offsets, strict=True):
         sys.stdout.write(f"submitted {job.job} to intake offset {off}\n")
