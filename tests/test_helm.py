@@ -49,6 +49,29 @@ SECURITY_VALUES: dict[str, Any] = {
 }
 VALUES = {"default": {}, "security": SECURITY_VALUES}
 
+# The console (gpuledger serve in the projector's pod): with its token, or behind oauth2-proxy
+# with a NetworkPolicy that opens only the proxy's port to the ingress controller's namespace.
+PROXY_FROM = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}]
+CONSOLE_VALUES: dict[str, dict[str, Any]] = {
+    "console-token": {"projector": {"console": {"enabled": True, "tokenSecret": "console-token"}}},
+    "console-proxy": {
+        "projector": {
+            "console": {
+                "enabled": True,
+                "authProxy": {
+                    "enabled": True,
+                    "clientId": "gpuledger-console",
+                    "oidcIssuerUrl": "https://id.example.com/realms/gpu",
+                    "secret": {"name": "console-oauth"},
+                    "extraArgs": ["--allowed-group=gpu-admins"],
+                },
+                "networkPolicy": {"enabled": True, "from": PROXY_FROM},
+            }
+        }
+    },
+}
+ALL_VALUES = VALUES | CONSOLE_VALUES
+
 
 def _find_helm() -> str | None:
     cache = Path(os.environ.get("GPULEDGER_HELM_CACHE", Path.home() / ".cache/gpuledger/helm"))
@@ -161,7 +184,7 @@ def rbac_rules(objects: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, s
 
 
 def test_lint(helm: Helm, tmp_path: Path) -> None:
-    for values in VALUES.values():
+    for values in ALL_VALUES.values():
         out = helm("lint", "--strict", str(CHART), "-f", values_file(tmp_path, values))
         assert "0 chart(s) failed" in out.stdout, out.stdout
 
@@ -179,6 +202,22 @@ def test_lint(helm: Helm, tmp_path: Path) -> None:
         ({"scheduler": {"replicas": 0}}, "replicas"),
         ({"kafka": {"prefix": "a.b"}}, "prefix"),  # a dot would break kafka://HOST/PREFIX
         ({"clock": {"every": "1h"}}, "clock"),  # `gpuledger clock --every` takes ms, s, m
+        ({"projector": {"console": {"enabled": True}}}, "projector.console.tokenSecret"),
+        (
+            {"projector": {"console": {"enabled": True, "authProxy": {"enabled": True}}}},
+            "projector.console.authProxy.secret.name",
+        ),
+        (
+            {
+                "projector": {
+                    "console": {
+                        "enabled": True,
+                        "authProxy": {"enabled": True, "clientId": "c", "secret": {"name": "s"}},
+                    }
+                }
+            },
+            "projector.console.authProxy.oidcIssuerUrl",
+        ),
     ],
 )
 def test_refuses_values_that_cannot_work(
@@ -370,6 +409,81 @@ def test_kafka_settings_reach_every_component(helm: Helm, tmp_path: Path, name: 
         assert read.security_protocol == "PLAINTEXT"
 
 
+def test_console_with_its_token(helm: Helm, tmp_path: Path) -> None:
+    """Without the proxy the console listens on the pod IP and wants its token."""
+    objects = helm.render(tmp_path, CONSOLE_VALUES["console-token"])
+    console = container(deployments(objects)["projector"])
+    assert console["args"][0] == "serve" and arg(console["args"], "--listen") == "0.0.0.0:8080"
+    (token,) = [e for e in console["env"] if e["name"] == "GPULEDGER_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "console-token", "key": "token"}
+    (svc,) = [o for o in by_kind(objects, "Service") if o["metadata"]["name"].endswith("-console")]
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] == "http"
+    assert {"name": "http", "containerPort": 8080} in console["ports"]
+    assert not by_kind(objects, "NetworkPolicy")
+
+
+def test_console_behind_the_auth_proxy(helm: Helm, tmp_path: Path) -> None:
+    """oauth2-proxy beside the console in the projector's pod is the only way in: the console
+    listens on the pod's loopback without a token, the Service and the NetworkPolicy lead
+    to the proxy's port, and the proxy's secrets come from a Secret."""
+    values = CONSOLE_VALUES["console-proxy"]
+    objects = helm.render(tmp_path, values)
+    dep = deployments(objects)["projector"]
+    pod = dep["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"projector", "auth-proxy"}
+    console, proxy = containers["projector"], containers["auth-proxy"]
+
+    # the console: gpuledger serve on 127.0.0.1, no port for the pod, no token anywhere
+    check_command("chart (console-proxy) projector", [str(a) for a in console["args"]])
+    assert console["args"][0] == "serve"
+    assert arg(console["args"], "--listen") == "127.0.0.1:8080"
+    assert "ports" not in console
+    assert all(e["name"] != "GPULEDGER_TOKEN" for e in console["env"])
+    assert "GPULEDGER_TOKEN" not in yaml.safe_dump(objects)
+
+    # the proxy: the values' image, forwarding to the console's loopback address
+    assert proxy["image"] == "quay.io/oauth2-proxy/oauth2-proxy:v7.12.0"
+    flags = dict(a.removeprefix("--").split("=", 1) for a in proxy["args"])
+    assert flags["upstream"] == "http://127.0.0.1:8080/"
+    assert flags["provider"] == "oidc"
+    assert flags["oidc-issuer-url"] == "https://id.example.com/realms/gpu"
+    assert flags["allowed-group"] == "gpu-admins"  # extraArgs, after the chart's own
+    (http,) = proxy["ports"]
+    assert http["name"] == "http"
+    assert flags["http-address"] == f"0.0.0.0:{http['containerPort']}"
+    env = {e["name"]: e for e in proxy["env"]}
+    assert env["OAUTH2_PROXY_CLIENT_ID"]["value"] == "gpuledger-console"
+    for var, key in (
+        ("OAUTH2_PROXY_CLIENT_SECRET", "client-secret"),
+        ("OAUTH2_PROXY_COOKIE_SECRET", "cookie-secret"),
+    ):
+        assert "value" not in env[var]  # never the secret itself
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "console-oauth", "key": key}
+    assert proxy["readinessProbe"]["httpGet"]["port"] == "http"
+    assert proxy["securityContext"]["allowPrivilegeEscalation"] is False
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    assert proxy["resources"]["requests"]
+
+    # the Service's target is the proxy's port, the only port named http in the pod
+    (svc,) = [o for o in by_kind(objects, "Service") if o["metadata"]["name"].endswith("-console")]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    (port,) = svc["spec"]["ports"]
+    named = [
+        p for c in pod["containers"] for p in c.get("ports", []) if p["name"] == port["targetPort"]
+    ]
+    assert named == [http]
+
+    # the NetworkPolicy: the projector's pod, the proxy's port, from the given peers only
+    (policy,) = by_kind(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["from"] == PROXY_FROM
+
+
 # ------------------------------------------------------- commands are real gpuledger commands
 
 
@@ -450,14 +564,14 @@ def ensure_namespace(api: Any, name: str) -> str:
     return name
 
 
-@pytest.mark.parametrize("name", VALUES)
+@pytest.mark.parametrize("name", ALL_VALUES)
 def test_api_server_accepts_every_object(helm: Helm, api: Any, tmp_path: Path, name: str) -> None:
     """Server-side apply, dry run, strict field validation: the API server runs defaulting,
     validation and admission on every object (CRDs first) and stores nothing."""
     from kubernetes import dynamic
 
     ns = ensure_namespace(api, "gpuledger-helm-dryrun")
-    objects = helm.render(tmp_path, VALUES[name], namespace=ns)
+    objects = helm.render(tmp_path, ALL_VALUES[name], namespace=ns)
     objects.sort(key=lambda o: o["kind"] != "CustomResourceDefinition")
     dyn = dynamic.DynamicClient(api)
     for obj in objects:
@@ -474,10 +588,9 @@ def test_api_server_accepts_every_object(helm: Helm, api: Any, tmp_path: Path, n
         assert applied.metadata.name == obj["metadata"]["name"]
         if obj["kind"] == "Deployment":
             spec = applied.to_dict()["spec"]["template"]["spec"]
-            assert (
-                spec["containers"][0]["args"]
-                == obj["spec"]["template"]["spec"]["containers"][0]["args"]
-            )
+            assert [(c["name"], c["args"]) for c in spec["containers"]] == [
+                (c["name"], c["args"]) for c in obj["spec"]["template"]["spec"]["containers"]
+            ]
 
 
 def review(api: Any, ns: str, account: str, verb: str, resource: str, group: str = "") -> bool:

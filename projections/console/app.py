@@ -275,7 +275,7 @@ def build_app(console: Console) -> Starlette:
         env.filters["at"] = lambda ms: format_at(ms, st["wall"])
         env.filters["at_s"] = lambda s: "" if s is None else format_at(s * 1000, st["wall"])
         template = env.get_template(f"{name}.html")
-        values: dict[str, Any] = {"snap": None, "error": "", **context}
+        values: dict[str, Any] = {"snap": None, "moment": None, "error": "", **context}
         html = template.render(
             page=name,
             status=st,
@@ -286,6 +286,7 @@ def build_app(console: Console) -> Starlette:
         return HTMLResponse(html)
 
     travel = Travel(console.source) if console.source else None
+    console.on_stop.append(lambda: travel.close() if travel is not None else None)
 
     def bound_of(request: Request, st: dict[str, Any]) -> tuple[str, int] | None:
         """``?at=``: an offset (digits), an ISO time on a live ledger, or ``6h`` (from the
@@ -310,6 +311,25 @@ def build_app(console: Console) -> Starlette:
             return None, "time travel needs the ledger's address"
         snap = await run_in_threadpool(travel.at, bound, st["next_offset"])
         return snap, ""
+
+    async def report_of(
+        request: Request, st: dict[str, Any], window: float | None
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The Tenants report: of the projection, or with ``?at=`` of the ledger's records
+        up to that moment (``Travel.report``); and the moment (``None`` for now)."""
+        bound = bound_of(request, st)
+        if bound is None:
+            return await read(queries.tenants, window), None
+        if travel is None:
+            raise ValueError("time travel needs the ledger's address")
+        kind, value = bound
+        if kind == "offset":
+            end = min(value, int(st["next_offset"]))
+        else:
+            end = await read(queries.end_of_moment, value, int(st["next_offset"]))
+        report = await run_in_threadpool(travel.report, end, window)
+        at_ms = value if kind == "time" else int(report["window"]["end_s"] * 1000)
+        return report, {"end_offset": end, "at_ms": at_ms}
 
     def window_of(request: Request) -> float | None:
         text = request.query_params.get("window", "")
@@ -366,11 +386,13 @@ def build_app(console: Console) -> Starlette:
         return _json(await read(queries.nodes))
 
     async def api_report(request: Request) -> Response:
+        st = await clock()
         try:
             window = window_of(request)
+            report, _moment = await report_of(request, st, window)
         except ValueError as exc:
             return _error(400, str(exc))
-        return _json(await read(queries.tenants, window))
+        return _json(report)
 
     async def api_sql(request: Request) -> Response:
         try:
@@ -470,7 +492,11 @@ def build_app(console: Console) -> Starlette:
             window, error = window_of(request), ""
         except ValueError as exc:
             window, error = None, str(exc)
-        report = await read(queries.tenants, window)
+        try:
+            report, moment = await report_of(request, st, window)
+        except ValueError as exc:
+            error = error or str(exc)
+            report, moment = await read(queries.tenants, window), None
         charts = {
             "tenants": [
                 {
@@ -492,7 +518,7 @@ def build_app(console: Console) -> Starlette:
             "series": report["series"],
             "usage": report["usage"],
         }
-        return page("tenants", request, st, r=report, charts=charts, error=error)
+        return page("tenants", request, st, r=report, charts=charts, moment=moment, error=error)
 
     whatifs = WhatIfRuns(console.source) if console.source else None
     console.on_stop.append(lambda: whatifs.close() if whatifs is not None else None)

@@ -17,6 +17,7 @@ from projections.report import full_report
 __all__ = [
     "JOB_FILTERS",
     "JobFilter",
+    "end_of_moment",
     "job_detail",
     "jobs_page",
     "nodes",
@@ -39,6 +40,17 @@ def status(con: Any) -> dict[str, Any]:
         'SELECT count(*), min(at_ms), max(at_ms), coalesce(max("offset") + 1, 0) FROM events'
     ).fetchone()
     return {"events": row[0], "first_ms": row[1], "last_ms": row[2], "next_offset": row[3]}
+
+
+def end_of_moment(con: Any, at_ms: int, next_offset: int) -> int:
+    """The offset of the first projected record after ``at_ms`` (``next_offset`` if none):
+    the records below it are the ledger up to that moment, as ``state --at`` folds them
+    (it stops at the first record later than the moment)."""
+    row = con.execute(
+        'SELECT min("offset") FROM events WHERE at_ms > ? AND "offset" < ?',
+        [at_ms, next_offset],
+    ).fetchone()
+    return next_offset if row[0] is None else int(row[0])
 
 
 # The live numbers per leaf queue come from ``jobs`` and ``allocations`` (current to the

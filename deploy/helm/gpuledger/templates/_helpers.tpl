@@ -186,6 +186,9 @@ spec:
         {{- with .dataVolume }}
         - {name: data, mountPath: /data}
         {{- end }}
+    {{- with .sidecar }}
+    {{- . | nindent 4 }}
+    {{- end }}
   volumes:
     - {name: tmp, emptyDir: {}}
     {{- with $root.Values.kafka.secret.name }}
@@ -235,4 +238,52 @@ spec:
       {{- include "gpuledger.selectorLabels" . | nindent 6 }}
   template:
     {{- include "gpuledger.podTemplate" . | nindent 4 }}
+{{- end }}
+
+{{- /* The console's authenticating proxy (projector.console.authProxy): oauth2-proxy in the
+     projector's pod, the only way in to `gpuledger serve`, which listens on the pod's
+     loopback. Its client and cookie secrets come from a Secret, never from values. */}}
+{{- define "gpuledger.consoleAuthProxy" -}}
+{{- $root := .root }}
+{{- $p := .proxy }}
+{{- $secret := required "projector.console.authProxy.secret.name: a Secret with the OAuth client secret and the cookie secret" $p.secret.name }}
+{{- $clientId := required "projector.console.authProxy.clientId: the OAuth client id registered with the provider" $p.clientId }}
+{{- if and (eq $p.provider "oidc") (not $p.oidcIssuerUrl) }}
+{{- fail "projector.console.authProxy.oidcIssuerUrl: the oidc provider needs its issuer URL" }}
+{{- end }}
+- name: auth-proxy
+  image: {{ printf "%s:%s" $p.image.repository $p.image.tag | quote }}
+  imagePullPolicy: {{ $p.image.pullPolicy }}
+  args:
+    - {{ printf "--http-address=0.0.0.0:%d" (int $p.port) | quote }}
+    - {{ printf "--upstream=http://127.0.0.1:%d/" (int .upstreamPort) | quote }}
+    - {{ printf "--provider=%s" $p.provider | quote }}
+    {{- with $p.oidcIssuerUrl }}
+    - {{ printf "--oidc-issuer-url=%s" . | quote }}
+    {{- end }}
+    {{- range $p.emailDomains }}
+    - {{ printf "--email-domain=%s" . | quote }}
+    {{- end }}
+    - "--skip-provider-button=true"
+    {{- range $p.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - {name: OAUTH2_PROXY_CLIENT_ID, value: {{ $clientId | quote }}}
+    - name: OAUTH2_PROXY_CLIENT_SECRET
+      valueFrom: {secretKeyRef: {name: {{ $secret | quote }}, key: {{ $p.secret.clientSecretKey | quote }}}}
+    - name: OAUTH2_PROXY_COOKIE_SECRET
+      valueFrom: {secretKeyRef: {name: {{ $secret | quote }}, key: {{ $p.secret.cookieSecretKey | quote }}}}
+  ports:
+    - {name: http, containerPort: {{ int $p.port }}}
+  readinessProbe:
+    httpGet: {path: /ready, port: http}
+  livenessProbe:
+    httpGet: {path: /ping, port: http}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
+  {{- with $p.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
