@@ -58,9 +58,8 @@ class RunningEnds:
 def missed(s: Session, queue: Queue, job: Job) -> None:
     """A job behind the queue's blocked head found no room in the gap: it says so, and
     after ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
-    head = s.heads.get(queue.name)
-    if head is not None:
-        note_reason(job, behind_reason(queue, head), s.emit)
+    if queue.name in s.blocked:
+        note_reason(job, behind_reason(queue, s.heads[queue.name]), s.emit)
     s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
     if s.misses[queue.name] >= BACKFILL_TRIES:
         s.done[queue.name] = None

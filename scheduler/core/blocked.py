@@ -216,8 +216,17 @@ def _overrunning(state: State, r: Reservation) -> Job | None:
 
 def _held_for_other(s: Session, job: Job) -> Reservation | None:
     """The reservation of another job whose nodes alone keep this one from the free
-    capacity (None: it would not fit even on them, or no other reservation stands)."""
-    others = [r for r in s.reservations if r.job != job.job]
+    capacity (None: it would not fit even on them, or no reservation it must keep off
+    stands; ``backfill.blocked_nodes`` says which it must)."""
+    if job.preemptible:
+        return None  # a preemptible job may use any reservation's nodes
+    now, runtime = s.state.now, job.expected_runtime_ms
+    others = [
+        r
+        for r in s.reservations
+        if r.job != job.job
+        and not (runtime is not None and r.start != NEVER and now + runtime <= r.start)
+    ]
     if not others:
         return None
     with Statement(s.state.nodes, index=s.state.free_index()) as stmt:
@@ -328,9 +337,11 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
     unnamed = sum(q.allocated[0] for q, _ in holders[_NAMED:])
     room = max(0, total - need - queue.allocated[0] - unnamed)
     names = _joined([f"'{q.name}'" for q, _ in named])
+    # The fair share moves with every queue's demand: named only when it is what binds
+    # (not when the job asks for more than the deserved quota beside in-quota work).
     share = (
         f"deserves {gpus(deserved)}"
-        if fair == deserved
+        if (need > deserved and in_quota) or fair == deserved
         else f"deserves {gpus(deserved)} (fair share {gpus(fair)})"
     )
     return Reason(
