@@ -175,6 +175,13 @@ def job_behind_its_blocked_head() -> World:
     return w
 
 
+def job_behind_a_head_held_by_quota() -> World:
+    w = Recording(node("n1"), queue("a", deserved=4), queue("b", deserved=4), backfill=True)
+    w.at(0, job("np1", "a", gpus=4, cls="build"))
+    w.at(1, job("np2", "a", gpus=2, cls="build"), job("t", "a", gpus=8))
+    return w
+
+
 def nothing_reclaimable_non_preemptible() -> World:
     # b holds 4 non-preemptible (within its quota) and 4 preemptible GPUs on n1, above its
     # fair share; reclaiming the 4 would not give want's single 8-GPU pod one node.
@@ -294,7 +301,13 @@ CASES = {
         job_behind_its_blocked_head,
         "next",
         "behind",
-        ("waits behind job 'gang', blocked at the head of queue 'big'",),
+        ("waits behind job 'gang', the head of queue 'big' holding a reservation",),
+    ),
+    "job behind a head held back by quota": Case(
+        job_behind_a_head_held_by_quota,
+        "t",
+        "behind",
+        ("waits behind the blocked head of queue 'a'; it does not fit the free capacity",),
     ),
     "nothing reclaimable: non-preemptible": Case(
         nothing_reclaimable_non_preemptible,
@@ -455,7 +468,8 @@ def test_an_explained_move_is_recorded_once_and_the_promise_then_holds() -> None
 def test_no_reservation_time_is_in_the_past_or_moves_later_unexplained(scenario) -> None:  # type: ignore[no-untyped-def]
     """On random clusters, queue trees and workloads (some jobs with runtime estimates):
     every time a reason promises is ahead of the cycle that records it, and a job's
-    promised time moves later only with the reason saying why."""
+    promised time moves later only with the reason saying why (a reason of another kind
+    in between says instead why the job has no time, and ends the promise)."""
     ledger = MemoryLedger()
     Simulation(*scenario, policy_event("gpuledger", PolicyFile()), ledger).run()
     promised: dict[str, int] = {}
@@ -463,7 +477,11 @@ def test_no_reservation_time_is_in_the_past_or_moves_later_unexplained(scenario)
         event = decode(encode_envelope(envelope), 0).event
         if isinstance(event, PodsAllocated):
             promised.pop(event.job, None)  # a new attempt starts without a promise
-        if not isinstance(event, JobUnschedulable) or event.start < 0:
+        if not isinstance(event, JobUnschedulable):
+            continue
+        if event.start < 0:
+            if event.cause != "reservation":
+                promised.pop(event.job, None)  # another cause, given instead of a time
             continue
         assert event.start > envelope.at, event
         before = promised.get(event.job)

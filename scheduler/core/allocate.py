@@ -62,7 +62,8 @@ def allocate(state: State, emit: Emit) -> None:
         if head:
             _blocked(s, queue, job, reason)
         elif tried == "failed":
-            missed(s, queue, job)  # behind a blocked head only plain placements into the gap
+            # behind a blocked head only plain placements into the gap
+            missed(s, queue, job if reason is None else None)
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))

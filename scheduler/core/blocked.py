@@ -66,6 +66,11 @@ def blocked_reason(s: Session, queue: Queue, job: Job, reservation: Reservation 
         tail = ""
         if reservation is not None and own_start >= 0:
             tail = f"; its own reservation: {len(reservation.nodes)} nodes at {seconds(own_start)}"
+            if 0 <= job.promise < own_start:
+                tail += (
+                    f", moved from {seconds(job.promise)} because "
+                    f"{moved_because(s, job, reservation)}"
+                )
         return Reason(
             f"fits the free GPUs only on nodes reserved for job '{held.job}' "
             f"({_when(state, held.start)}); it may use them only if it ends before then "
@@ -86,11 +91,19 @@ def blocked_reason(s: Session, queue: Queue, job: Job, reservation: Reservation 
     return Reason(text + (f"; cannot reclaim {protections}" if protections else ""), CAPACITY)
 
 
-def behind_reason(queue: Queue, head: str) -> Reason:
-    """A job behind its queue's blocked head that does not fit the gap."""
+def behind_reason(queue: Queue, head: str, reserved: bool) -> Reason:
+    """A job behind its queue's blocked head that does not fit the gap. The head is named
+    when it holds a reservation (what the gap is kept for); a head held back by a limit
+    or quota is not, as the head changes with every job that arrives before it."""
+    if reserved:
+        return Reason(
+            f"waits behind job '{head}', the head of queue '{queue.name}' holding a "
+            f"reservation; it does not fit the free capacity that no reservation holds",
+            BEHIND,
+        )
     return Reason(
-        f"waits behind job '{head}', blocked at the head of queue '{queue.name}'; "
-        f"it does not fit the free capacity that no reservation holds",
+        f"waits behind the blocked head of queue '{queue.name}'; it does not fit the free "
+        f"capacity that no reservation holds",
         BEHIND,
     )
 
@@ -337,6 +350,9 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
     unnamed = sum(q.allocated[0] for q, _ in holders[_NAMED:])
     room = max(0, total - need - queue.allocated[0] - unnamed)
     names = _joined([f"'{q.name}'" for q, _ in named])
+    when = f"the usage of {names} falls to {gpus(room)}"
+    if sum(q.allocated[0] for q, _ in named) <= room:
+        when = "GPUs free up where its pods fit"  # the GPUs are there, not in its shape
     # The fair share moves with every queue's demand: named only when it is what binds
     # (not when the job asks for more than the deserved quota beside in-quota work).
     share = (
@@ -346,7 +362,7 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
     )
     return Reason(
         f"needs {gpus(need)} GPUs; queue '{queue.name}' {share} and cannot reclaim "
-        f"{', '.join(parts)}; starts when the usage of {names} falls to {gpus(room)} "
+        f"{', '.join(parts)}; starts when {when} "
         f"or the share of '{queue.name}' grows",
         SHARE,
     )
