@@ -277,7 +277,10 @@ CASES = {
         free_gpus_scattered,
         "whole",
         "mismatch",
-        ("8 GPUs are free but scattered", "no node has more than 4 free"),
+        (
+            "enough GPUs are free but scattered: pod 'whole-0' (8 GPUs, 0 pods of the gang "
+            "placed before it) needs 8 on one node, and no node has that many free",
+        ),
     ),
     "reservation for itself": Case(
         gang_with_a_reservation,

@@ -162,6 +162,20 @@ def moved_because(s: Session, job: Job, r: Reservation) -> str:
         and other.job not in given_way
         and other.job != job.job
     ]
+    if not took:
+        # Placed elsewhere, on nodes the earlier reservation counted on.
+        took = sorted(
+            (
+                other
+                for leaf in state.leaf_queues()
+                for other in (state.jobs[j] for j in leaf.active)
+                if other.allocated_at is not None
+                and other.allocated_at > since
+                and other.job not in given_way
+                and other.request[0] > 0
+            ),
+            key=lambda other: (other.allocated_at or 0, other.seq, other.job),
+        )
     if took:
         first = took[0]
         return (
@@ -285,10 +299,10 @@ def _pod_mismatch(state: State, pod: PodSpec, fitted: int, rest: int) -> str | N
     roomy = [n for n in nodes if _gpu_room(n, need)]
     lead = f"pod '{pod.name}' ({gpus(need)} GPUs, {fitted} pods of the gang placed before it)"
     if not roomy:
-        most = max((n.free_gpu_milli for n in nodes), default=0)
+        # (no amounts free: they change with every job, and the reason with them)
         return (
-            f"{gpus(free)} GPUs are free but scattered: {lead} needs them on one node, and "
-            f"no node has more than {gpus(most)} free"
+            f"enough GPUs are free but scattered: {lead} needs {gpus(need)} on one node, "
+            f"and no node has that many free"
         )
     if pod.node_selector:
         roomy = [n for n in roomy if selector_matches(n, pod.node_selector)]
