@@ -491,3 +491,17 @@ def test_no_reservation_time_is_in_the_past_or_moves_later_unexplained(scenario)
         if before is not None and event.start > before:
             assert f"moved from t={before / 1000:g}s because " in event.reason, event
         promised[event.job] = event.start
+
+
+def test_state_shows_each_pending_job_with_the_kind_of_its_block() -> None:
+    w = gang_behind_in_quota_work_of_another_queue()
+    assert w.state.jobs["gang"].cause == "share"
+    w.at(700, job("more", "notebooks", gpus=8))
+    assert w.state.jobs["gang"].cause == "share"
+    # more took n2 backfilled under the gang's reservation: it gives way, so it is not
+    # among what the gang waits for
+    assert w.state.jobs["more"].backfill_for == "gang"
+    assert "falls to 0" in w.state.jobs["gang"].reason
+    w.finish(800, "nb")
+    assert w.status("gang") != "pending"
+    assert w.state.jobs["gang"].cause == ""

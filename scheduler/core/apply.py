@@ -129,6 +129,7 @@ def _on_job_unschedulable(state: State, event: JobUnschedulable, at: int) -> Non
     job = state.jobs.get(event.job)
     if job is not None and job.status == PENDING:
         job.reason = event.reason
+        job.cause = event.cause
         if event.start >= 0:
             job.promise, job.promised_at = event.start, at
         elif event.cause != "reservation":
@@ -303,7 +304,7 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: 
         state.remove_pending(job)
         job.status = ALLOCATED
         job.allocated_at = at
-        job.reason = ""
+        job.reason = job.cause = ""
         job.promise = job.promised_at = -1
 
 

@@ -341,8 +341,8 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
     fair = s.shares.fair[queue.name][0]
     # Judged by the job's own request: what its queue holds now may be what its
     # reservation waits for (its own jobs ending), which the queue then no longer holds.
-    holders = _holders(s, queue)
-    in_quota = [q for q, kind in holders if kind == "in-quota"]
+    holders = _holders(s, queue, job)
+    in_quota = [q for q, kind, _ in holders if kind == "in-quota"]
     if need <= fair and (need <= deserved or not in_quota):
         return None
     if not holders:
@@ -354,18 +354,18 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
         ("within", "work of {} within its fair share"),
         ("above", "work of {} above its fair share"),
     ):
-        of_kind = [f"'{q.name}'" for q, k in named if k == kind]
+        of_kind = [f"'{q.name}'" for q, k, _ in named if k == kind]
         if of_kind:
             parts.append(words.format(_joined(of_kind)))
     more = len(holders) - len(named)
     if more:
         parts.append(f"{more} more queues")
     total = capacity(state)[0]
-    unnamed = sum(q.allocated[0] for q, _ in holders[_NAMED:])
+    unnamed = sum(held for _, _, held in holders[_NAMED:])
     room = max(0, total - need - queue.allocated[0] - unnamed)
-    names = _joined([f"'{q.name}'" for q, _ in named])
+    names = _joined([f"'{q.name}'" for q, _, _ in named])
     when = f"the usage of {names} falls to {gpus(room)}"
-    if sum(q.allocated[0] for q, _ in named) <= room:
+    if sum(held for _, _, held in named) <= room:
         when = "GPUs free up where its pods fit"  # the GPUs are there, not in its shape
     # The fair share moves with every queue's demand: named only when it is what binds
     # (not when the job asks for more than the deserved quota beside in-quota work).
@@ -382,13 +382,17 @@ def _share_reason(s: Session, queue: Queue, job: Job) -> Reason | None:
     )
 
 
-def _holders(s: Session, queue: Queue) -> list[tuple[Queue, str]]:
-    """The other leaf queues holding GPUs, most first (then by name), each with how it
-    stands: ``in-quota`` (within its deserved quota), ``within`` (within its fair share)
-    or ``above`` (above its fair share)."""
-    found: list[tuple[Queue, str]] = []
+def _holders(s: Session, queue: Queue, job: Job) -> list[tuple[Queue, str, int]]:
+    """The other leaf queues holding GPUs that do not give way to ``job`` (jobs backfilled
+    under its reservation do), most first (then by name), each with how it stands
+    (``in-quota``: within its deserved quota, ``within``: within its fair share,
+    ``above``: above its fair share) and the milli-GPUs it holds that do not give way."""
+    giving: dict[str, int] = {}
+    for under in s.victims.under_of(job.job):
+        giving[under.queue] = giving.get(under.queue, 0) + s.victims.held_gpu(under)
+    found: list[tuple[Queue, str, int]] = []
     for other in s.state.leaf_queues():
-        held = other.allocated[0]
+        held = other.allocated[0] - giving.get(other.name, 0)
         if other.name == queue.name or held <= 0:
             continue
         if held <= s.shares.deserved[other.name][0]:
@@ -397,8 +401,8 @@ def _holders(s: Session, queue: Queue) -> list[tuple[Queue, str]]:
             kind = "within"
         else:
             kind = "above"
-        found.append((other, kind))
-    found.sort(key=lambda item: (-item[0].allocated[0], item[0].name))
+        found.append((other, kind, held))
+    found.sort(key=lambda item: (-item[2], item[0].name))
     return found
 
 
@@ -410,10 +414,10 @@ def _protections(s: Session, queue: Queue, job: Job) -> str:
     state = s.state
     if job.request[0] <= 0:
         return ""
-    holders = _holders(s, queue)
+    holders = _holders(s, queue, job)
     budget = lost_work_budget(state, job)
     parts: list[str] = []
-    for other, kind in holders[:_NAMED]:
+    for other, kind, _ in holders[:_NAMED]:
         if kind == "in-quota":
             parts.append(f"'{other.name}' (in quota)")
             continue

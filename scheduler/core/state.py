@@ -161,6 +161,8 @@ class Job:
     preemptions: int = 0
     reason: str = ""
     """The last non-final unschedulable reason recorded."""
+    cause: str = ""
+    """The kind of that reason (``job_unschedulable.cause``)."""
     promise: int = -1
     """When the job's reservation was last promised to start (``job_unschedulable.start``;
     -1: no promise stands). A later cycle moving it later says why (``reasons``)."""
