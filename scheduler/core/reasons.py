@@ -9,7 +9,7 @@ reservation's reason carries the time it is promised to start (``start``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from events.model import MILLI, JobUnschedulable, PodSpec
 from scheduler.core.session import Emit
@@ -39,10 +39,10 @@ BACKOFF = "backoff"
 """Backing off after failed binds."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reason:
+class Reason(NamedTuple):
     """Why a job waits: the words, the kind (``cause``) and, for a reservation, the time
-    it is promised to start (-1: none, or not known)."""
+    it is promised to start (-1: none, or not known). A tuple: admission builds one for
+    every job a limit or quota holds back, thousands a cycle on a long backlog."""
 
     text: str
     cause: str
