@@ -291,6 +291,13 @@ class JobUnschedulable(Event, frozen=True, tag="job_unschedulable"):
     queue: str
     reason: str
     final: bool = False
+    cause: str = ""
+    """What blocks the job, a stable key (docs/policy.md §7): ``never_fits``, ``limit``,
+    ``quota``, ``share``, ``mismatch``, ``reserved``, ``behind``, ``reservation``,
+    ``capacity``, ``backoff``; empty in ledgers written before revision 7."""
+    start: int = -1
+    """For ``reservation`` and ``reserved``: when (ms) the job's own reservation is promised
+    to start; -1 when there is none or its time is not known."""
 
 
 class JobTerminated(Event, frozen=True, tag="job_terminated"):

@@ -109,6 +109,7 @@ def describe(state: State, last_offset: int) -> StateView:
                     "queue": job.queue,
                     "gpus": gpus(job.request[0]),
                     "waiting": f"{(now - job.submitted_at) / 1000:g}s",
+                    "cause": job.cause or "-",
                     "reason": job.reason or "not yet considered",
                 }
             )

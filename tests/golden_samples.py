@@ -106,6 +106,7 @@ SAMPLES: list[Event] = [
         queue="training",
         reason="pod 'pinned-0': node selector {kubernetes.io/hostname=gpu-07} matches no schedulable node",
         final=True,
+        cause="never_fits",
     ),
     CycleCompleted(decisions=3),
     PodBound(job="finetune-42", pod="finetune-42-0", node="gpu-07"),

@@ -10,7 +10,7 @@ to preempt from its own queue to start within every limit.
 from __future__ import annotations
 
 from scheduler.core.fairshare import RESOURCES, Shares, bounded, limit_of
-from scheduler.core.reasons import UNITS, amount, gpus
+from scheduler.core.reasons import LIMIT, QUOTA, UNITS, Reason, amount, gpus
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, Queue, State
 
@@ -77,20 +77,22 @@ def limit_excess(state: State, leaf: str, request: tuple[int, int, int]) -> tupl
     return excess[0], excess[1], excess[2]
 
 
-def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
+def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> Reason | None:
     """Why the job may not start now whatever the room (None: it may)."""
     hit = over_limit(state, queue.name, job.request, in_use=True)
     if hit is not None:
         q, resource, limit = hit
-        return (
+        return Reason(
             f"queue '{q.name}' is at its limit: {amount(resource, q.allocated[resource])} of "
             f"{amount(resource, limit)} {UNITS[resource]} in use, "
             f"job needs {amount(resource, job.request[resource])}"
+            + (f" (its queue '{queue.name}' is under '{q.name}')" if q is not queue else ""),
+            LIMIT,
         )
     return quota_reason(state, queue, job, shares)
 
 
-def quota_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | None:
+def quota_reason(state: State, queue: Queue, job: Job, shares: Shares) -> Reason | None:
     """Why a non-preemptible job may not start within its deserved quota (None: it may,
     or the job is preemptible)."""
     if not job.preemptible:
@@ -100,9 +102,10 @@ def quota_reason(state: State, queue: Queue, job: Job, shares: Shares) -> str | 
         for q in state.ancestors(queue.name):
             deserved = shares.deserved[q.name][0]
             if q.allocated_np + gpu > deserved:
-                return (
+                return Reason(
                     f"non-preemptible job waits for deserved quota of '{q.name}': "
                     f"{gpus(q.allocated_np)} of {gpus(deserved)} GPUs held by "
-                    f"non-preemptible jobs, job needs {gpus(gpu)}"
+                    f"non-preemptible jobs, job needs {gpus(gpu)}",
+                    QUOTA,
                 )
     return None

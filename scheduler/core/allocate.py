@@ -17,10 +17,11 @@ from typing import Literal
 from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import admission_reason, limited, queue_order, quota_reason
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
+from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.placement import Statement, binpack_score, spread_score
-from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
+from scheduler.core.reasons import Reason, backoff_reason, note_reason
 from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, Job, Node, Queue, State
@@ -61,13 +62,14 @@ def allocate(state: State, emit: Emit) -> None:
         if head:
             _blocked(s, queue, job, reason)
         elif tried == "failed":
-            missed(s, queue)  # behind a blocked head only plain placements into the gap
+            # behind a blocked head only plain placements into the gap
+            missed(s, queue, job if reason is None else None)
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
 
 
-def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, str | None]:
+def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Reason | None]:
     """Admit and try the job: what came of it, and why admission held it back (None: it
     did not). A head held back only by a limit may still start by preempting
     lower-priority jobs of its own queue that bring every limit back within bounds."""
@@ -132,17 +134,18 @@ def _placed(s: Session, job: Job) -> None:
     s.free_gpu = None
 
 
-def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
+def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
     """The queue's head could not start: it blocks the queue, and says why it waits."""
     if not s.state.config.backfill:
         s.done[queue.name] = None  # first in, first out: the queue waits behind it
-        note_reason(job, reason or capacity_reason(s.state, job), s.emit)
+        note_reason(job, reason or blocked_reason(s, queue, job, None), s.emit)
         return
     s.blocked[queue.name] = None
+    s.heads[queue.name] = job.job
     if reason is not None:
         note_reason(job, reason, s.emit)  # held back by a limit or quota: reserves nothing
         return
-    reserve(s, job)
+    reserve(s, queue, job)
 
 
 def _requeued(s: Session, victim: Job) -> None:

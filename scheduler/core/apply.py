@@ -125,10 +125,17 @@ def _on_job_preempted(state: State, event: JobPreempted, at: int) -> None:
             _retire(state, job)
 
 
-def _on_job_unschedulable(state: State, event: JobUnschedulable, _at: int) -> None:
+def _on_job_unschedulable(state: State, event: JobUnschedulable, at: int) -> None:
     job = state.jobs.get(event.job)
     if job is not None and job.status == PENDING:
         job.reason = event.reason
+        job.cause = event.cause
+        if event.start >= 0:
+            job.promise, job.promised_at = event.start, at
+        elif event.cause != "reservation":
+            # A reservation due but held by overrunning jobs keeps its promise; any other
+            # wait ends it (a later reservation is a new promise).
+            job.promise = job.promised_at = -1
         if event.final:
             state.remove_pending(job)
             job.status = UNSCHEDULABLE
@@ -194,15 +201,19 @@ def _on_eviction_failed(state: State, event: EvictionFailed, _at: int) -> None:
     _hold_unevicted(state, event)
 
 
-def _on_node_removed(state: State, event: NodeRemoved, _at: int) -> None:
+def _on_node_removed(state: State, event: NodeRemoved, at: int) -> None:
+    if event.node in state.nodes:
+        state.node_lost = (at, event.node)
     _node_removed(state, event.node)
     state.free_index_cache = None
     state.topology += 1
 
 
-def _on_node_cordoned(state: State, event: NodeCordoned, _at: int) -> None:
+def _on_node_cordoned(state: State, event: NodeCordoned, at: int) -> None:
     node = state.nodes.get(event.node)
     if node is not None:
+        if event.cordoned and not node.cordoned:
+            state.node_lost = (at, event.node)
         node.cordoned = event.cordoned
         state.dirty = True
         state.topology += 1
@@ -293,7 +304,8 @@ def _allocate(state: State, job: Job, placements: tuple[PodPlacement, ...], at: 
         state.remove_pending(job)
         job.status = ALLOCATED
         job.allocated_at = at
-        job.reason = ""
+        job.reason = job.cause = ""
+        job.promise = job.promised_at = -1
 
 
 def _add(queue: Queue, gpu: int, cpu: int, memory: int) -> None:

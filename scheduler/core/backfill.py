@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from events.model import PodPlacement
+from scheduler.core.blocked import behind_reason, blocked_reason
 from scheduler.core.placement import Statement, gang_shape
-from scheduler.core.reasons import capacity_reason, note_reason, reservation_reason
+from scheduler.core.reasons import note_reason
 from scheduler.core.running import NEVER
 from scheduler.core.state import ACTIVE, Job, Queue, State, wake
 from scheduler.core.victims import Victims, backfilled_under
@@ -54,9 +55,14 @@ class RunningEnds:
         return self.state.running_index().ends(self.state, gpus_only)
 
 
-def missed(s: Session, queue: Queue) -> None:
-    """A job behind the queue's blocked head found no room in the gap: after
-    ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
+def missed(s: Session, queue: Queue, job: Job | None) -> None:
+    """A job behind the queue's blocked head found no room in the gap (``job``: it was
+    tried there, and says so; None: admission held it back, and it keeps its reason):
+    after ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
+    if job is not None and queue.name in s.blocked:
+        head = s.heads[queue.name]
+        reserved = any(r.job == head for r in s.reservations)
+        note_reason(job, behind_reason(queue, head, reserved), s.emit)
     s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
     if s.misses[queue.name] >= BACKFILL_TRIES:
         s.done[queue.name] = None
@@ -90,16 +96,14 @@ def backfill_for(reservations: list[Reservation], placements: list[PodPlacement]
     return ""
 
 
-def reserve(s: Session, job: Job) -> None:
-    """Reserve nodes for a blocked head and record why it waits."""
-    state = s.state
+def reserve(s: Session, queue: Queue, job: Job) -> None:
+    """Reserve nodes for a blocked head and record why it waits (``blocked``)."""
     reservation = _planned(s, job)
-    if reservation is None:
-        note_reason(job, capacity_reason(state, job), s.emit)
-        return
-    s.reservations.append(reservation)
-    s.reserved_nodes.update(reservation.nodes)
-    note_reason(job, reservation_reason(state, len(reservation.nodes), reservation.start), s.emit)
+    reason = blocked_reason(s, queue, job, reservation)
+    if reservation is not None:
+        s.reservations.append(reservation)
+        s.reserved_nodes.update(reservation.nodes)
+    note_reason(job, reason, s.emit)
 
 
 def _planned(s: Session, job: Job) -> Reservation | None:

@@ -16,7 +16,7 @@ from scheduler.core.placement import (
     selector_matches,
     split_gang,
 )
-from scheduler.core.reasons import UNITS, amount, gpus
+from scheduler.core.reasons import NEVER_FITS, UNITS, amount, gpus
 from scheduler.core.session import Emit
 from scheduler.core.state import (
     PENDING,
@@ -43,7 +43,11 @@ def reject_impossible(state: State, emit: Emit) -> None:
                 shares = fair_shares(state)
             reason = _quota_reason(job, shares)
         if reason is not None:
-            emit(JobUnschedulable(job=job.job, queue=job.queue, reason=reason, final=True))
+            emit(
+                JobUnschedulable(
+                    job=job.job, queue=job.queue, reason=reason, final=True, cause=NEVER_FITS
+                )
+            )
 
 
 def _quota_reason(job: Job, shares: Shares) -> str | None:

@@ -1,16 +1,52 @@
-"""Why a job waits, in words: the reasons the policy records (``job_unschedulable``).
+"""Why a job waits, in words and as a kind: the reasons the policy records
+(``job_unschedulable``).
 
 A waiting job gets one reason per cycle, recorded only when it changed, so the ledger
-holds a new record when the cause of the wait changes rather than every cycle.
+holds a new record when the cause of the wait changes rather than every cycle. Each
+reason names one blocking cause (``job_unschedulable.cause``, docs/policy.md §7); a
+reservation's reason carries the time it is promised to start (``start``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from events.model import MILLI, JobUnschedulable, PodSpec
-from scheduler.core.placement import Statement, split_gang
-from scheduler.core.running import NEVER
 from scheduler.core.session import Emit
-from scheduler.core.state import Job, State
+from scheduler.core.state import Job
+
+NEVER_FITS = "never_fits"
+"""The job can never start on the cluster as it stands (final)."""
+LIMIT = "limit"
+"""Its queue, or an ancestor, is at its limit."""
+QUOTA = "quota"
+"""Non-preemptible work beyond the deserved quota."""
+SHARE = "share"
+"""Beyond its queue's deserved quota or fair share, and what it needs is held by work
+its queue may not reclaim (in-quota work of other queues, or any work while over share)."""
+MISMATCH = "mismatch"
+"""Enough GPUs are free, but not where its pods may go (selector, taints, CPU, memory,
+one node's room, one topology domain)."""
+RESERVED = "reserved"
+"""It fits the free capacity only on nodes another job's reservation holds."""
+BEHIND = "behind"
+"""Behind its queue's blocked head, it does not fit the gap."""
+RESERVATION = "reservation"
+"""It holds a reservation of its own and starts when it falls due."""
+CAPACITY = "capacity"
+"""Not enough free capacity, with nothing it may reclaim or reserve."""
+BACKOFF = "backoff"
+"""Backing off after failed binds."""
+
+
+class Reason(NamedTuple):
+    """Why a job waits: the words, the kind (``cause``) and, for a reservation, the time
+    it is promised to start (-1: none, or not known). A tuple: admission builds one for
+    every job a limit or quota holds back, thousands a cycle on a long backlog."""
+
+    text: str
+    cause: str
+    start: int = -1
 
 
 def gpus(milli: int) -> str:
@@ -34,43 +70,34 @@ UNITS = ("GPUs", "millicores", "MiB")
 """The unit each resource index is shown in (see ``amount``)."""
 
 
-def note_reason(job: Job, reason: str, emit: Emit) -> None:
+def note_reason(job: Job, reason: Reason, emit: Emit) -> None:
     """Record why a job waits, only when the reason changed (not every cycle)."""
-    if reason != job.reason:
-        emit(JobUnschedulable(job=job.job, queue=job.queue, reason=reason))
+    if reason.text != job.reason:
+        emit(
+            JobUnschedulable(
+                job=job.job,
+                queue=job.queue,
+                reason=reason.text,
+                cause=reason.cause,
+                start=reason.start,
+            )
+        )
 
 
-def backoff_reason(job: Job) -> str:
+def backoff_reason(job: Job) -> Reason:
     """A job whose bind failed waits out its backoff."""
-    return f"backing off after {job.bind_failures} failed binds until {seconds(job.backoff_until)}"
+    return Reason(
+        f"backing off after {job.bind_failures} failed binds until {seconds(job.backoff_until)}",
+        BACKOFF,
+    )
 
 
-def capacity_reason(state: State, job: Job) -> str:
+def capacity_text(required_pods: list[PodSpec], fitted: int) -> str:
     """How much of the gang the free capacity holds now."""
-    required_pods, _ = split_gang(job)
-    fitted = 0
-    with Statement(state.nodes, index=state.free_index()) as stmt:
-        for pod in required_pods:
-            if stmt.place(job.job, pod, None) is None:
-                break
-            fitted += 1
     return (
         f"waiting for capacity: gang needs {len(required_pods)} pods ({shape(required_pods)}), "
         f"free capacity fits {fitted} of them now"
     )
-
-
-def reservation_reason(state: State, nodes: int, start: int) -> str:
-    """A blocked head holds a reservation of ``nodes`` nodes from ``start``."""
-    if start == NEVER:
-        when = "when running jobs end"
-    elif start <= state.now:
-        # Held by jobs past their expected runtime: a time here would be `now`, a new
-        # reason (and ledger record) every cycle until they end.
-        when = "as soon as overrunning jobs end"
-    else:
-        when = f"at {seconds(start)}"
-    return f"waiting for a reservation of {nodes} nodes {when}; smaller jobs backfill the gap"
 
 
 def shape(pods: list[PodSpec]) -> str:

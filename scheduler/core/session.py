@@ -57,6 +57,8 @@ class Session:
     """Per queue, the index in its pending list of the next job to try."""
     blocked: dict[str, None] = field(default_factory=dict)
     """Queues whose head could not start: behind it only backfill into the gap is tried."""
+    heads: dict[str, str] = field(default_factory=dict)
+    """Per blocked queue, its head (named in the reasons of the jobs behind it)."""
     misses: dict[str, int] = field(default_factory=dict)
     """Per blocked queue, failed backfill attempts (``backfill.BACKFILL_TRIES``)."""
     requeued: dict[str, None] = field(default_factory=dict)

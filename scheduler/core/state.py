@@ -161,6 +161,13 @@ class Job:
     preemptions: int = 0
     reason: str = ""
     """The last non-final unschedulable reason recorded."""
+    cause: str = ""
+    """The kind of that reason (``job_unschedulable.cause``)."""
+    promise: int = -1
+    """When the job's reservation was last promised to start (``job_unschedulable.start``;
+    -1: no promise stands). A later cycle moving it later says why (``reasons``)."""
+    promised_at: int = -1
+    """When that promise was recorded."""
     min_per_group: dict[str, int] = field(default_factory=dict)
     topology_key: str = ""
     topology_required: bool = False
@@ -227,6 +234,9 @@ class State:
     """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""
     topology: int = 0
     """Bumped by every node event; derived per-topology caches key on it."""
+    node_lost: tuple[int, str] = (-1, "")
+    """When the last node was removed or cordoned, and which (a reservation counting on it
+    says so when it moves later)."""
     empty_nodes: tuple[int, dict[str, Node], FreeIndex | None, dict[tuple[int, ...], bool]] = (
         -1,
         {},
