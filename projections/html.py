@@ -177,31 +177,18 @@ svg{display:block;margin:8px 0;border:1px solid #ddd}
 """
 
 
+def _percentile_bars(heading: str, tenants: Sequence[Mapping[str, Any]], figure: str) -> str:
+    """Bars of ``figure``'s p50, p90 and p99 (columns ``p50_<figure>_s``, ...) per tenant."""
+    bars = {p: [r[f"{p}_{figure}_s"] for r in tenants] for p in ("p50", "p90", "p99")}
+    return bar_chart(heading, [str(r["queue_path"]) for r in tenants], bars, y_format="duration")
+
+
 def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -> str:
     """The whole page for a ``projections.report.full_report`` result."""
     window = report["window"]
     tenants = list(report["tenants"])  # the queues, then the ``all`` row
-    queues = [str(r["queue_path"]) for r in tenants]
-    percentile_bars = bar_chart(
-        "Completion percentiles per tenant",
-        queues,
-        {
-            "p50": [r["p50_completion_s"] for r in tenants],
-            "p90": [r["p90_completion_s"] for r in tenants],
-            "p99": [r["p99_completion_s"] for r in tenants],
-        },
-        y_format="duration",
-    )
-    ttr_bars = bar_chart(
-        "Time-to-ready percentiles per tenant",
-        queues,
-        {
-            "p50": [r["p50_ttr_s"] for r in tenants],
-            "p90": [r["p90_ttr_s"] for r in tenants],
-            "p99": [r["p99_ttr_s"] for r in tenants],
-        },
-        y_format="duration",
-    )
+    percentile_bars = _percentile_bars("Completion percentiles per tenant", tenants, "completion")
+    ttr_bars = _percentile_bars("Time-to-ready percentiles per tenant", tenants, "ttr")
     series = report["series"]
     allocation = line_chart(
         "Allocation over time",
