@@ -27,9 +27,8 @@ import os
 import re
 import struct
 import threading
-import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +42,7 @@ from events.codec import (
     decode_event,
     encode_envelope,
 )
+from events.port import follow_polls
 
 log = logging.getLogger(__name__)
 
@@ -698,15 +698,13 @@ class LedgerDirReader:
         try:
             _check_header(f.read(HEADER_SIZE), seg, base)
             scan = _Scan(HEADER_SIZE, base)
-            idle_since = time.monotonic()
-            while True:
-                if stop is not None and stop():
-                    return
+
+            def poll() -> Generator[tuple[int, Envelope], None, bool]:
+                nonlocal f, seg, base, scan
                 before = scan.pos
                 yield from _follow_chunk(f, scan, seg, start, final=True)
                 if scan.pos != before:
-                    idle_since = time.monotonic()
-                    continue
+                    return True
                 nxt = self.path / segment_name(scan.expected)
                 # An empty segment is never rolled over (and ``nxt`` would name itself).
                 if scan.expected > base and nxt.exists():
@@ -719,10 +717,10 @@ class LedgerDirReader:
                     base = scan.expected
                     _check_header(f.read(HEADER_SIZE), seg, base)
                     scan = _Scan(HEADER_SIZE, base)
-                    continue
-                if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
-                    return
-                time.sleep(poll_s)
+                    return True
+                return False
+
+            yield from follow_polls(poll, poll_s=poll_s, stop=stop, idle_timeout_s=idle_timeout_s)
         finally:
             f.close()
 
