@@ -223,6 +223,13 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
     return None
 
 
+def _load_segment(seg: Path, base: int) -> tuple[bytes, _Scan]:
+    """A whole segment's bytes, its header checked, and a scan at its first batch."""
+    buf = _read_file(seg)
+    _check_header(buf, seg, base)
+    return buf, _Scan(HEADER_SIZE, base)
+
+
 def _iter_committed(
     buf: bytes, scan: _Scan, *, final: bool, seg: Path, origin: int = 0
 ) -> Iterator[tuple[int, bytes]]:
@@ -384,9 +391,7 @@ class FileLedger:
         if len(bases) > 1:
             _check_sealed(root, bases[-2], base)
         seg = root / segment_name(base)
-        buf = _read_file(seg)
-        _check_header(buf, seg, base)
-        scan = _Scan(HEADER_SIZE, base)
+        buf, scan = _load_segment(seg, base)
         for _ in _iter_committed(buf, scan, final=True, seg=seg):
             pass
         recovery = None
@@ -534,9 +539,7 @@ def _check_sealed(root: Path, base: int, next_base: int) -> None:
     ledger, which is ``verify``'s job) keeps opening cost bounded by two segments.
     """
     seg = root / segment_name(base)
-    buf = _read_file(seg)
-    _check_header(buf, seg, base)
-    scan = _Scan(HEADER_SIZE, base)
+    buf, scan = _load_segment(seg, base)
     for _ in _iter_committed(buf, scan, final=False, seg=seg):
         pass
     if scan.expected != next_base:
@@ -634,9 +637,7 @@ class LedgerDirReader:
                 raise LedgerCorrupt(
                     seg, 0, expected, f"segment starts at offset {base}, records are missing"
                 )
-            buf = _read_file(seg)
-            _check_header(buf, seg, base)
-            scan = _Scan(HEADER_SIZE, base)
+            buf, scan = _load_segment(seg, base)
             for off, payload in _iter_committed(buf, scan, final=i == last, seg=seg):
                 if off < start:
                     continue
