@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.measure import status_mib
 from events.filelog import FileLedger
 from events.memlog import MemoryLedger
 
@@ -39,10 +40,7 @@ PATHS = (
 
 
 def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return status_mib(pid, "VmRSS", float("nan"))
 
 
 def rows(ledger: MemoryLedger, db: Path) -> list[dict[str, Any]]:
