@@ -351,6 +351,13 @@ def gpuledger(
             work,
         ),
     }
+    with running(procs):
+        yield procs
+
+
+@contextlib.contextmanager
+def running(procs: dict[str, Proc]) -> Iterator[dict[str, Proc]]:
+    """Start every process; stop them all on leaving, however the block ends."""
     for p in procs.values():
         p.start()
     try:

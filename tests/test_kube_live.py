@@ -30,7 +30,7 @@ from events.kafkalog import KafkaReader
 from replay.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kafkakit import kafka, settings
-from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, wait_established
+from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, running, wait_established
 from tests.kubeharness import wait_until as wait
 from tests.test_kube_churn import assert_no_double_booking, live_pods
 from tests.test_live_kafka import read_all
@@ -71,13 +71,8 @@ def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[
             command=(),
         ),
     }
-    for p in procs.values():
-        p.start()
-    try:
+    with running(procs):
         yield procs
-    finally:
-        for p in procs.values():
-            p.stop()
 
 
 def ledger_events(s: KafkaSettings) -> list[Any]:
