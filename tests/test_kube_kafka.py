@@ -158,9 +158,7 @@ def test_ingest_on_kafka_restart_loses_and_repeats_nothing(
     cluster: Cluster, settings: KafkaSettings
 ) -> None:
     s = settings
-    ns = cluster.namespace("kk-ing")
-    cluster.nodes("kk-ing-gpu", 2, gpus=8)
-    cluster.queue("kk-ing-team", [ns], quota=16)
+    ns = cluster.tenant("kk-ing", 2, queue="kk-ing-team")
     api = api_client(str(cluster.ingestor_kubeconfig))
     ing = Ingestor(api, url(s))
     assert isinstance(ing.sink, KafkaIntakeSink)
@@ -215,9 +213,7 @@ def test_ingest_subprocess_sigkilled_and_restarted(
     cluster: Cluster, settings: KafkaSettings, tmp_path: Path
 ) -> None:
     s = settings
-    ns = cluster.namespace("kk-kill")
-    cluster.nodes("kk-kill-gpu", 1, gpus=8)
-    cluster.queue("kk-kill-team", [ns], quota=8)
+    ns = cluster.tenant("kk-kill", 1, queue="kk-kill-team")
     proc = Proc(
         "ingest",
         ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", url(s)],
