@@ -385,35 +385,17 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
 ) -> None:
     """Scheduler service + ingest + bind on one Kafka deployment: pods created in the API
     server get bound; SIGKILLed adapters neither lose nor repeat an event."""
-    import signal
-    import subprocess
-    import sys
-
-    from tests.kubeharness import ROOT
-
     s = settings
-    ns = cluster.namespace("kk-e2e")
-    cluster.nodes("kk-e2e-gpu", 2, gpus=8)
-    cluster.queue("kk-e2e-team", [ns], quota=16)
-    service_log = open(tmp_path / "service.log", "wb")  # noqa: SIM115
-    service = subprocess.Popen(
+    ns = cluster.tenant("kk-e2e", 2, queue="kk-e2e-team")
+    service = Proc(
+        "service",
         [
-            sys.executable,
-            "-m",
-            "scheduler.cli",
-            "scheduler",
-            "run",
-            "--bootstrap",
-            s.bootstrap,
-            "--prefix",
-            s.prefix,
-            "--session-timeout-ms",
-            "1500",
+            *("scheduler", "run", "--bootstrap", s.bootstrap, "--prefix", s.prefix),
+            *("--session-timeout-ms", "1500"),
         ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=service_log,
-    )
+        tmp_path,
+        command=(),
+    ).start()
     ingest = Proc(
         "ingest",
         ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", url(s)],
@@ -455,15 +437,8 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
         )
         time.sleep(2)  # let PodFinished reach the ledger
     finally:
-        for p in (ingest, bind):
+        for p in (ingest, bind, service):
             p.stop()
-        service.send_signal(signal.SIGTERM)
-        try:
-            service.wait(15)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
-        service_log.close()
     for p in (ingest, bind):
         assert "Traceback" not in p.log(), f"{p.name}:\n{p.log()}"
     events = ledger(s)
