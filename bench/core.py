@@ -40,16 +40,12 @@ from typing import Any
 import msgspec
 
 from bench.cluster import packed, running_pods, tree
+from bench.measure import nearest_rank
 from events.model import JobPreempted, JobSubmitted, PodFinished, PodSpec, QueueConfigured
 from projections.report import render_table
 from scheduler.core import State, apply, cycle
 
 POLICIES = ("gpuledger", "fifo")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def peak_rss_mib() -> float:
@@ -105,7 +101,7 @@ def case_cycle(nodes: int, pods: int, pending: int, policy: str, count: int) -> 
         "running_pods": running_pods(state),
         "pending_jobs": len(state.pending),
         "p50_ms": 1000 * statistics.median(times),
-        "p99_ms": 1000 * percentile(times, 0.99),
+        "p99_ms": 1000 * nearest_rank(sorted(times), 0.99),
         "built_s": built,
         "index_s": index_s,
         "rss_mib": peak_rss_mib(),

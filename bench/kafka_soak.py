@@ -47,6 +47,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from bench.measure import nearest_rank, status_mib
 from events.codec import decode_envelope, encode_envelope, wrap
 from events.kafka_admin import (
     DEFAULT_BOOTSTRAP,
@@ -175,32 +176,16 @@ class Window:
 
 def _pct(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile of sorted values (None when empty)."""
-    if not values:
-        return None
-    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
+    return nearest_rank(values, q) if values else None
 
 
 def rss_mib(pid: int) -> float:
     """Resident set size of a process from /proc/<pid>/status (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except FileNotFoundError:
-        pass
-    return 0.0
+    return status_mib(pid, "VmRSS", 0.0)
 
 
 def _hwm_mib(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except FileNotFoundError:
-        pass
-    return 0.0
+    return status_mib(pid, "VmHWM", 0.0)
 
 
 class _Soak:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from bench.measure import nearest_rank
 from events.kafka_admin import DEFAULT_BOOTSTRAP
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, Periodic, Poisson, QueuesFile, WorkloadFile, load
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'hour':>4}  {'cycles':>7}  {'p50 ms':>7}  {'p99 ms':>7}  {'max RSS MiB':>11}  phase")
     for hour in sorted(rows):
         times = sorted(rows[hour])
-        p99 = times[min(len(times) - 1, int(0.99 * (len(times) - 1) + 0.5))]
+        p99 = nearest_rank(times, 0.99)
         phase = "burst" if hour < args.hours / 2 else "normal"
         print(f"{hour:>4}  {len(times):>7}  {1000 * statistics.median(times):>7.2f}  "
               f"{1000 * p99:>7.2f}  {rss[hour]:>11.0f}  {phase}")  # fmt: skip

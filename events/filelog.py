@@ -27,9 +27,8 @@ import os
 import re
 import struct
 import threading
-import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +42,7 @@ from events.codec import (
     decode_event,
     encode_envelope,
 )
+from events.port import follow_polls
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,13 @@ def _surviving_batch_end(buf: bytes, bad: int, expected: int) -> int | None:
     return None
 
 
+def _load_segment(seg: Path, base: int) -> tuple[bytes, _Scan]:
+    """A whole segment's bytes, its header checked, and a scan at its first batch."""
+    buf = _read_file(seg)
+    _check_header(buf, seg, base)
+    return buf, _Scan(HEADER_SIZE, base)
+
+
 def _iter_committed(
     buf: bytes, scan: _Scan, *, final: bool, seg: Path, origin: int = 0
 ) -> Iterator[tuple[int, bytes]]:
@@ -384,9 +391,7 @@ class FileLedger:
         if len(bases) > 1:
             _check_sealed(root, bases[-2], base)
         seg = root / segment_name(base)
-        buf = _read_file(seg)
-        _check_header(buf, seg, base)
-        scan = _Scan(HEADER_SIZE, base)
+        buf, scan = _load_segment(seg, base)
         for _ in _iter_committed(buf, scan, final=True, seg=seg):
             pass
         recovery = None
@@ -534,9 +539,7 @@ def _check_sealed(root: Path, base: int, next_base: int) -> None:
     ledger, which is ``verify``'s job) keeps opening cost bounded by two segments.
     """
     seg = root / segment_name(base)
-    buf = _read_file(seg)
-    _check_header(buf, seg, base)
-    scan = _Scan(HEADER_SIZE, base)
+    buf, scan = _load_segment(seg, base)
     for _ in _iter_committed(buf, scan, final=False, seg=seg):
         pass
     if scan.expected != next_base:
@@ -634,9 +637,7 @@ class LedgerDirReader:
                 raise LedgerCorrupt(
                     seg, 0, expected, f"segment starts at offset {base}, records are missing"
                 )
-            buf = _read_file(seg)
-            _check_header(buf, seg, base)
-            scan = _Scan(HEADER_SIZE, base)
+            buf, scan = _load_segment(seg, base)
             for off, payload in _iter_committed(buf, scan, final=i == last, seg=seg):
                 if off < start:
                     continue
@@ -698,15 +699,13 @@ class LedgerDirReader:
         try:
             _check_header(f.read(HEADER_SIZE), seg, base)
             scan = _Scan(HEADER_SIZE, base)
-            idle_since = time.monotonic()
-            while True:
-                if stop is not None and stop():
-                    return
+
+            def poll() -> Generator[tuple[int, Envelope], None, bool]:
+                nonlocal f, seg, base, scan
                 before = scan.pos
                 yield from _follow_chunk(f, scan, seg, start, final=True)
                 if scan.pos != before:
-                    idle_since = time.monotonic()
-                    continue
+                    return True
                 nxt = self.path / segment_name(scan.expected)
                 # An empty segment is never rolled over (and ``nxt`` would name itself).
                 if scan.expected > base and nxt.exists():
@@ -719,10 +718,10 @@ class LedgerDirReader:
                     base = scan.expected
                     _check_header(f.read(HEADER_SIZE), seg, base)
                     scan = _Scan(HEADER_SIZE, base)
-                    continue
-                if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
-                    return
-                time.sleep(poll_s)
+                    return True
+                return False
+
+            yield from follow_polls(poll, poll_s=poll_s, stop=stop, idle_timeout_s=idle_timeout_s)
         finally:
             f.close()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import parse_qs, urlparse
@@ -37,6 +37,7 @@ from events.kafka_admin import (
     start_client,
 )
 from events.kafka_security import KafkaLogError, KafkaSecurity, resolve_security
+from events.port import follow_polls
 
 T = TypeVar("T")
 
@@ -178,18 +179,15 @@ class KafkaReader:
         seconds without a new record; otherwise follows forever.
         """
         position = start
-        idle_since = time.monotonic()
-        while True:
-            if stop is not None and stop():
-                return
+
+        def poll() -> Generator[tuple[int, Envelope], None, bool]:
+            nonlocal position
             batch, position = run_sync(self._fetch_from(position, poll_s))
-            if batch:
-                for m in batch:
-                    yield m.offset, decode_envelope(m.value or b"", m.offset)
-                idle_since = time.monotonic()
-                continue
-            if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
-                return
+            for m in batch:
+                yield m.offset, decode_envelope(m.value or b"", m.offset)
+            return bool(batch)
+
+        return follow_polls(poll, poll_s=None, stop=stop, idle_timeout_s=idle_timeout_s)
 
     async def _fetch_from(
         self, position: int, wait_s: float

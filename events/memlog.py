@@ -6,10 +6,10 @@ disk, JSON Lines sources read whole, and tests. Offsets are list positions.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 from events.codec import Envelope, encode_envelope
+from events.port import follow_polls
 
 
 class MemoryLedger:
@@ -51,19 +51,17 @@ class MemoryLedger:
         arrived for ``idle_timeout_s`` seconds; otherwise it follows forever.
         """
         position = max(start, 0)
-        idle_since = time.monotonic()
-        while True:
-            if stop is not None and stop():
-                return
+
+        def poll() -> Generator[tuple[int, Envelope], None, bool]:
+            nonlocal position
             end = len(self.records)
-            if end > position:
-                yield from self.read(position, end)
-                position = end
-                idle_since = time.monotonic()
-                continue
-            if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
-                return
-            time.sleep(poll_s)
+            if end <= position:
+                return False
+            yield from self.read(position, end)
+            position = end
+            return True
+
+        return follow_polls(poll, poll_s=poll_s, stop=stop, idle_timeout_s=idle_timeout_s)
 
     def close(self) -> None:
         """Nothing to release."""

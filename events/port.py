@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Protocol
 
 from events.codec import Envelope
@@ -59,3 +60,30 @@ class LedgerReader(Protocol):
     def close(self) -> None:
         """Release what the reader holds (files, broker connections); idempotent."""
         ...
+
+
+def follow_polls(
+    poll: Callable[[], Generator[tuple[int, Envelope], None, bool]],
+    *,
+    poll_s: float | None,
+    stop: Callable[[], bool] | None,
+    idle_timeout_s: float | None,
+) -> Iterator[tuple[int, Envelope]]:
+    """The loop of every ``LedgerReader.follow``: yield what each ``poll()`` yields.
+
+    ``poll`` yields the records it finds and returns whether the reader moved on. Between
+    polls that did not, sleeps ``poll_s`` seconds (None: ``poll`` itself waits, as a
+    broker fetch does). Returns when ``stop()`` is true (checked before each poll) or when
+    no poll has moved on for ``idle_timeout_s`` seconds.
+    """
+    idle_since = time.monotonic()
+    while True:
+        if stop is not None and stop():
+            return
+        if (yield from poll()):
+            idle_since = time.monotonic()
+            continue
+        if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
+            return
+        if poll_s is not None:
+            time.sleep(poll_s)

@@ -61,7 +61,7 @@ def _frame(title: str, y_max: float, y_fmt: str) -> list[str]:
     for i in range(5):
         y = _TOP + plot_h - plot_h * i / 4
         label = y_max * i / 4
-        text = format_duration(label) if y_fmt == "duration" else f"{label:g}"
+        text = _value_label(label, y_fmt)
         parts.append(
             f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
             f'<text x="{_LEFT - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">'
@@ -70,8 +70,20 @@ def _frame(title: str, y_max: float, y_fmt: str) -> list[str]:
     return parts
 
 
-def _legend(names: Sequence[str]) -> list[str]:
-    parts = []
+def _value_label(value: float, fmt: str) -> str:
+    return format_duration(value) if fmt == "duration" else f"{value:g}"
+
+
+def _x_label(x: float, text: str) -> str:
+    """A label under the plot, centred on ``x``."""
+    return (
+        f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" font-size="10" '
+        f'text-anchor="middle">{esc(text)}</text>'
+    )
+
+
+def _finish(parts: list[str], names: Sequence[str]) -> str:
+    """The chart's SVG: ``parts``, then a legend of the series ``names``."""
     for i, name in enumerate(names):
         y = _TOP + 14 * i
         parts.append(
@@ -79,7 +91,8 @@ def _legend(names: Sequence[str]) -> list[str]:
             f'fill="{PALETTE[i % len(PALETTE)]}"/>'
             f'<text x="{_W - _RIGHT + 24}" y="{y + 9}" font-size="11">{esc(name)}</text>'
         )
-    return parts
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 def bar_chart(
@@ -104,20 +117,15 @@ def bar_chart(
             if v is None:
                 continue
             h = plot_h * v / y_max
-            label = format_duration(v) if y_format == "duration" else f"{v:g}"
+            label = _value_label(v, y_format)
             parts.append(
                 f'<rect x="{x0 + s * bar:.1f}" y="{_TOP + plot_h - h:.1f}" '
                 f'width="{max(bar - 1, 1):.1f}" height="{h:.1f}" '
                 f'fill="{PALETTE[s % len(PALETTE)]}"><title>{esc(category)} {esc(name)}: '
                 f"{esc(label)}</title></rect>"
             )
-        parts.append(
-            f'<text x="{x0 + group * 0.4:.1f}" y="{_H - _BOTTOM + 14}" font-size="10" '
-            f'text-anchor="middle">{esc(category)}</text>'
-        )
-    parts += _legend(list(series))
-    parts.append("</svg>")
-    return "".join(parts)
+        parts.append(_x_label(x0 + group * 0.4, category))
+    return _finish(parts, list(series))
 
 
 def line_chart(
@@ -142,13 +150,8 @@ def line_chart(
             f'stroke="{PALETTE[i % len(PALETTE)]}"/>'
         )
     for frac in (0.0, 0.5, 1.0):
-        parts.append(
-            f'<text x="{_LEFT + plot_w * frac:.1f}" y="{_H - _BOTTOM + 14}" font-size="10" '
-            f'text-anchor="middle">{esc(format_duration(x_min + span * frac))}</text>'
-        )
-    parts += _legend(list(series))
-    parts.append("</svg>")
-    return "".join(parts)
+        parts.append(_x_label(_LEFT + plot_w * frac, format_duration(x_min + span * frac)))
+    return _finish(parts, list(series))
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
@@ -177,31 +180,18 @@ svg{display:block;margin:8px 0;border:1px solid #ddd}
 """
 
 
+def _percentile_bars(heading: str, tenants: Sequence[Mapping[str, Any]], figure: str) -> str:
+    """Bars of ``figure``'s p50, p90 and p99 (columns ``p50_<figure>_s``, ...) per tenant."""
+    bars = {p: [r[f"{p}_{figure}_s"] for r in tenants] for p in ("p50", "p90", "p99")}
+    return bar_chart(heading, [str(r["queue_path"]) for r in tenants], bars, y_format="duration")
+
+
 def render_html(report: Mapping[str, Any], *, title: str = "gpuledger report") -> str:
     """The whole page for a ``projections.report.full_report`` result."""
     window = report["window"]
     tenants = list(report["tenants"])  # the queues, then the ``all`` row
-    queues = [str(r["queue_path"]) for r in tenants]
-    percentile_bars = bar_chart(
-        "Completion percentiles per tenant",
-        queues,
-        {
-            "p50": [r["p50_completion_s"] for r in tenants],
-            "p90": [r["p90_completion_s"] for r in tenants],
-            "p99": [r["p99_completion_s"] for r in tenants],
-        },
-        y_format="duration",
-    )
-    ttr_bars = bar_chart(
-        "Time-to-ready percentiles per tenant",
-        queues,
-        {
-            "p50": [r["p50_ttr_s"] for r in tenants],
-            "p90": [r["p90_ttr_s"] for r in tenants],
-            "p99": [r["p99_ttr_s"] for r in tenants],
-        },
-        y_format="duration",
-    )
+    percentile_bars = _percentile_bars("Completion percentiles per tenant", tenants, "completion")
+    ttr_bars = _percentile_bars("Time-to-ready percentiles per tenant", tenants, "ttr")
     series = report["series"]
     allocation = line_chart(
         "Allocation over time",

@@ -25,7 +25,6 @@ from events.model import (
     PodStarted,
     QueueConfigured,
     QueueRemoved,
-    Resources,
     is_decision,
 )
 from scheduler.core import PRIORITY_CLASSES, Queue, State
@@ -45,14 +44,9 @@ def validate(state: State, event: Event) -> str | None:
         case NodeRegistered():
             if not event.node:
                 return "node name is empty"
-            for what, value in (
-                ("gpus", event.gpus),
-                ("cpu_milli", event.cpu_milli),
-                ("memory_mib", event.memory_mib),
-                ("gpu_memory_mib", event.gpu_memory_mib),
-            ):
-                if value < 0:
-                    return f"node {event.node}: negative {what} ({value})"
+            bad = _below(event, ("gpus", "cpu_milli", "memory_mib", "gpu_memory_mib"))
+            if bad:
+                return f"node {event.node}: negative {bad[0]} ({bad[1]})"
             if event.gpus > MAX_NODE_GPUS:
                 # The core keeps per-device state: 2**40 GPUs would exhaust its memory.
                 return f"node {event.node}: gpus {event.gpus} is more than {MAX_NODE_GPUS}"
@@ -115,34 +109,27 @@ def _job(state: State, job: JobSubmitted) -> str | None:
             "(the number of pods)"
         )
     for pod in job.pods:
-        for what, value in (
-            ("gpu_milli", pod.gpu_milli),
-            ("cpu_milli", pod.cpu_milli),
-            ("memory_mib", pod.memory_mib),
-            ("gpu_memory_mib", pod.gpu_memory_mib),
-        ):
-            if value < 0:
-                return f"job {job.job}: pod {pod.name}: negative {what} ({value})"
+        bad = _below(pod, ("gpu_milli", "cpu_milli", "memory_mib", "gpu_memory_mib"))
+        if bad:
+            return f"job {job.job}: pod {pod.name}: negative {bad[0]} ({bad[1]})"
         if pod.gpu_milli > MILLI and pod.gpu_milli % MILLI:
             return (
                 f"job {job.job}: pod {pod.name}: gpu_milli {pod.gpu_milli} is neither a "
                 "fraction of one GPU (< 1000) nor whole GPUs (a multiple of 1000)"
             )
-    for what, maybe in (
-        ("expected_runtime_ms", job.expected_runtime_ms),
-        ("checkpoint_interval_ms", job.checkpoint_interval_ms),
-    ):
-        if maybe is not None and maybe < 0:
-            return f"job {job.job}: negative {what} ({maybe})"
+    bad = _below(job, ("expected_runtime_ms", "checkpoint_interval_ms"))
+    if bad:
+        return f"job {job.job}: negative {bad[0]} ({bad[1]})"
     return None
 
 
-def _negative(res: Resources, allow_unlimited: bool) -> str | None:
-    floor = -1 if allow_unlimited else 0
-    for what in ("gpu_milli", "cpu_milli", "memory_mib"):
-        value = getattr(res, what)
-        if value < floor:
-            return f"{what} {value}"
+def _below(obj: object, fields: tuple[str, ...], floor: int = 0) -> tuple[str, int] | None:
+    """The first of ``fields`` of ``obj`` below ``floor`` and its value, or None (an unset
+    optional field, None, never is below)."""
+    for what in fields:
+        value = getattr(obj, what)
+        if value is not None and value < floor:
+            return what, value
     return None
 
 
@@ -156,12 +143,13 @@ def _queue(state: State, q: QueueConfigured) -> str | None:
             return f"queue {q.queue}: unknown parent queue {q.parent!r}"
         if any(a.name == q.queue for a in state.ancestors(q.parent)):
             return f"queue {q.queue}: parent {q.parent!r} would make a cycle"
-    bad = _negative(q.deserved, allow_unlimited=False)
+    resources = ("gpu_milli", "cpu_milli", "memory_mib")
+    bad = _below(q.deserved, resources)
     if bad:
-        return f"queue {q.queue}: negative deserved {bad}"
-    bad = _negative(q.limit, allow_unlimited=True)
+        return f"queue {q.queue}: negative deserved {bad[0]} {bad[1]}"
+    bad = _below(q.limit, resources, floor=-1)
     if bad:
-        return f"queue {q.queue}: limit {bad} (use -1 for no limit)"
+        return f"queue {q.queue}: limit {bad[0]} {bad[1]} (use -1 for no limit)"
     if q.deserved_gpu_percent is not None and not 0 <= q.deserved_gpu_percent <= 100:
         return f"queue {q.queue}: deserved_gpu_percent {q.deserved_gpu_percent} outside 0..100"
     if q.over_quota_weight < 0:

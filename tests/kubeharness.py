@@ -127,6 +127,14 @@ class Cluster:
             self.core.create_namespace({"metadata": {"name": name}})
         return name
 
+    def tenant(self, name: str, nodes: int, *, queue: str = "") -> str:
+        """Namespace ``name``, ``nodes`` 8-GPU nodes ``<name>-gpu-<i>``, and a queue over the
+        namespace (``queue``, default ``<name>-q``) whose quota is all their GPUs."""
+        ns = self.namespace(name)
+        self.nodes(f"{name}-gpu", nodes, gpus=8)
+        self.queue(queue or f"{name}-q", [ns], quota=8 * nodes)
+        return ns
+
     def nodes(self, prefix: str, count: int, gpus: int = 8) -> list[str]:
         names = []
         for i in range(count):
@@ -234,6 +242,35 @@ class Cluster:
                 },
             },
         )
+
+    def gang(
+        self, ns: str, group: str, size: int, *, gpus: int = 1, duration: str | None = "2s"
+    ) -> None:
+        """``size`` pods ``<group>-0``, ... of one pod group with ``min_member=size``."""
+        for i in range(size):
+            self.pod(ns, f"{group}-{i}", gpus=gpus, group=group, min_member=size, duration=duration)
+
+    def pytorchjob(self, ns: str, name: str, workers: int) -> dict[str, Any]:
+        """A Kubeflow PyTorchJob with one master and ``workers`` workers, as the API server
+        returns it. No operator runs here: the test creates its pods (``owner=`` it)."""
+        job: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            ns,
+            "pytorchjobs",
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": name},
+                "spec": {
+                    "pytorchReplicaSpecs": {
+                        "Master": {"replicas": 1, "template": {}},
+                        "Worker": {"replicas": workers, "template": {}},
+                    }
+                },
+            },
+        )
+        return job
 
     def phases(self, ns: str) -> dict[str, str]:
         items = raw(self.core.list_namespaced_pod, ns)["items"]
@@ -351,6 +388,13 @@ def gpuledger(
             work,
         ),
     }
+    with running(procs):
+        yield procs
+
+
+@contextlib.contextmanager
+def running(procs: dict[str, Proc]) -> Iterator[dict[str, Proc]]:
+    """Start every process; stop them all on leaving, however the block ends."""
     for p in procs.values():
         p.start()
     try:

@@ -28,6 +28,7 @@ from events.model import (
 from projections import projector
 from projections.history import ShareFold
 from projections.projector import project
+from projections.views import SHARE_VIEW_NAMES, VIEW_NAMES
 from scheduler.core import State, apply
 from scheduler.outcomes import OutcomeFold
 from scheduler.snapshot import state_bytes
@@ -226,21 +227,7 @@ def test_a_version_1_database_is_migrated_and_the_new_tables_filled(tmp_path: Pa
     project(reader, db)
     # Turn it back into what gpuledger wrote before schema 2.
     con = duckdb.connect(str(db))
-    for kind, name in [
-        ("VIEW", "queue_shares_minutes"),
-        ("MACRO TABLE", "queue_shares_between"),
-        ("VIEW", "tree_percentiles"),
-        ("VIEW", "fairness_slo_summary"),
-        ("VIEW", "fairness_slo"),
-        ("VIEW", "preemptions_weekly"),
-        ("VIEW", "gpu_usage"),
-        ("VIEW", "requested_not_allocated"),
-        ("VIEW", "throughput"),
-        ("MACRO TABLE", "tenant_percentiles_between"),
-        ("MACRO TABLE", "tree_percentiles_between"),
-        ("MACRO TABLE", "gpu_usage_by"),
-        ("MACRO TABLE", "requested_not_allocated_after"),
-    ]:
+    for kind, name in (*SHARE_VIEW_NAMES, *VIEW_NAMES):
         con.execute(f"DROP {kind} {name}")
     for table in ("pods", "allocations", "preemptions", "gpu_utilization", "queue_shares"):
         con.execute(f"DROP TABLE {table}")

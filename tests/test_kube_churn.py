@@ -88,16 +88,12 @@ def gone(cluster: Cluster, ns: str, name: str) -> bool:
 def test_deleting_one_member_of_a_running_gang_never_double_books(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    ns = cluster.namespace("ch-gang")
-    cluster.nodes("ch-gang-gpu", 2, gpus=8)
-    cluster.queue("ch-gang-q", [ns], quota=16)
+    ns = cluster.tenant("ch-gang", 2)
     with gpuledger(cluster, tmp_path) as procs:
-        for i in range(2):
-            cluster.pod(ns, f"g-{i}", gpus=8, group="g", min_member=2, duration=None)
+        cluster.gang(ns, "g", 2, gpus=8, duration=None)
         wait_until(lambda: all(bound(cluster, ns, f"g-{i}") for i in range(2)), 30, "gang g")
         cluster.core.delete_namespaced_pod("g-0", ns, grace_period_seconds=0)
-        for i in range(2):
-            cluster.pod(ns, f"h-{i}", gpus=8, group="h", min_member=2, duration=None)
+        cluster.gang(ns, "h", 2, gpus=8, duration=None)
         deadline = time.monotonic() + 40
         while not all(bound(cluster, ns, f"h-{i}") for i in range(2)):
             assert_no_double_booking(cluster)
@@ -117,13 +113,10 @@ def test_deleting_one_member_of_a_running_gang_never_double_books(
 def test_deleting_a_node_with_bound_pods_settles_instead_of_livelocking(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    ns = cluster.namespace("ch-node")
-    cluster.nodes("ch-node-gpu", 2, gpus=8)
-    cluster.queue("ch-node-q", [ns], quota=16)
+    ns = cluster.tenant("ch-node", 2)
     with gpuledger(cluster, tmp_path) as procs:
         cluster.pod(ns, "solo", gpus=8, duration=None)
-        for i in range(2):
-            cluster.pod(ns, f"pair-{i}", gpus=4, group="pair", min_member=2, duration=None)
+        cluster.gang(ns, "pair", 2, gpus=4, duration=None)
         wait_until(lambda: bound(cluster, ns, "solo"), 30, "solo")
         wait_until(lambda: all(bound(cluster, ns, f"pair-{i}") for i in range(2)), 30, "pair")
         victim = bound(cluster, ns, "solo")
@@ -143,9 +136,7 @@ def test_deleting_a_node_with_bound_pods_settles_instead_of_livelocking(
 
 
 def test_a_bad_annotation_is_rejected_and_intake_goes_on(cluster: Cluster, tmp_path: Path) -> None:
-    ns = cluster.namespace("ch-bad")
-    cluster.nodes("ch-bad-gpu", 1, gpus=8)
-    cluster.queue("ch-bad-q", [ns], quota=8)
+    ns = cluster.tenant("ch-bad", 1)
     with gpuledger(cluster, tmp_path) as procs:
         cluster.core.create_namespaced_pod(
             ns,
@@ -176,13 +167,10 @@ def test_a_bad_annotation_is_rejected_and_intake_goes_on(cluster: Cluster, tmp_p
 def test_a_pod_re_created_with_a_used_name_is_scheduled_again(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    ns = cluster.namespace("ch-again")
-    cluster.nodes("ch-again-gpu", 1, gpus=8)
-    cluster.queue("ch-again-q", [ns], quota=8)
+    ns = cluster.tenant("ch-again", 1)
     with gpuledger(cluster, tmp_path) as procs:
         cluster.pod(ns, "again", gpus=8, duration=None)
-        for i in range(2):
-            cluster.pod(ns, f"gang-{i}", gpus=0, group="gang", min_member=2, duration=None)
+        cluster.gang(ns, "gang", 2, gpus=0, duration=None)
         wait_until(lambda: bound(cluster, ns, "again"), 30, "the first pod")
         wait_until(lambda: bound(cluster, ns, "gang-0"), 30, "the first gang")
         cluster.core.delete_namespaced_pod("again", ns, grace_period_seconds=0)
@@ -193,8 +181,7 @@ def test_a_pod_re_created_with_a_used_name_is_scheduled_again(
         # re-created under that name too soon is deleted by it (a real kubelet uses UIDs).
         time.sleep(2)
         cluster.pod(ns, "again", gpus=8, duration=None)
-        for i in range(2):
-            cluster.pod(ns, f"gang-{i}", gpus=0, group="gang", min_member=2, duration=None)
+        cluster.gang(ns, "gang", 2, gpus=0, duration=None)
         wait_until(lambda: bound(cluster, ns, "again"), 30, "the re-created pod")
         wait_until(lambda: bound(cluster, ns, "gang-1"), 30, "the re-created gang")
         assert_no_double_booking(cluster)
@@ -205,9 +192,7 @@ def test_a_pod_re_created_with_a_used_name_is_scheduled_again(
 
 
 def test_an_incomplete_gang_says_what_it_waits_for(cluster: Cluster, tmp_path: Path) -> None:
-    ns = cluster.namespace("ch-wait")
-    cluster.nodes("ch-wait-gpu", 1, gpus=8)
-    cluster.queue("ch-wait-q", [ns], quota=8)
+    ns = cluster.tenant("ch-wait", 1)
     with gpuledger(cluster, tmp_path) as procs:
         cluster.pod(ns, "half-0", gpus=1, group="half", min_member=2, duration=None)
         wait_until(lambda: cluster.events(ns, "WaitingForGang"), 20, "a WaitingForGang event")
@@ -250,9 +235,7 @@ def test_drift_the_ledger_does_not_know_is_reconciled(cluster: Cluster, tmp_path
     from events.localfiles import open_source
     from events.model import PodDeleted
 
-    ns = cluster.namespace("ch-drift")
-    cluster.nodes("ch-drift-gpu", 1, gpus=8)
-    cluster.queue("ch-drift-q", [ns], quota=8)
+    ns = cluster.tenant("ch-drift", 1)
     with gpuledger(cluster, tmp_path, resync_s=1.5) as procs:
         cluster.pod(ns, "drifter", gpus=4, duration=None)
         wait_until(lambda: bound(cluster, ns, "drifter"), 30, "the pod bound")

@@ -47,13 +47,12 @@ def test_end_to_end_three_queues_gangs_singles_tenancy(cluster: Cluster, tmp_pat
     cluster.queue("team-b", [ns[1]], quota=8)
     cluster.queue("team-c", [ns[2]], quota=8)
     with gpuledger(cluster, tmp_path) as procs:
-        for i in range(4):  # a gang: submitted once all four members are seen
-            cluster.pod(ns[0], f"llm-{i}", gpus=2, group="llm", min_member=4, duration="3s")
+        # A gang: submitted once all four members are seen.
+        cluster.gang(ns[0], "llm", 4, gpus=2, duration="3s")
         for i in range(3):
             cluster.pod(ns[1], f"nb-{i}", gpus=1, duration="2s")
         cluster.pod(ns[1], "frac", gpus=0, fraction="0.5", duration="2s")
-        for i in range(2):
-            cluster.pod(ns[2], f"ddp-{i}", gpus=4, group="ddp", min_member=2, duration="2s")
+        cluster.gang(ns[2], "ddp", 2, gpus=4, duration="2s")
         cluster.pod(ns[2], "sneaky", gpus=1, queue="team-a")  # ns e2e-c is not bound to team-a
 
         def all_done() -> bool:
@@ -162,23 +161,7 @@ def test_gangs_from_jobset_and_pytorchjob_owners(cluster: Cluster, tmp_path: Pat
             },
         },
     )
-    bert = cluster.custom.create_namespaced_custom_object(
-        "kubeflow.org",
-        "v1",
-        ns,
-        "pytorchjobs",
-        {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"name": "bert"},
-            "spec": {
-                "pytorchReplicaSpecs": {
-                    "Master": {"replicas": 1, "template": {}},
-                    "Worker": {"replicas": 3, "template": {}},
-                }
-            },
-        },
-    )
+    bert = cluster.pytorchjob(ns, "bert", workers=3)
     js_pods = ["ft-driver-0-0"] + [f"ft-workers-{j}-{i}" for j in range(2) for i in range(2)]
     bert_pods = ["bert-master-0"] + [f"bert-worker-{i}" for i in range(3)]
     with gpuledger(cluster, tmp_path) as procs:
@@ -354,9 +337,7 @@ def test_service_account_rights_are_least_privilege(cluster_session: Cluster, wh
 
 
 def test_restarts_lose_and_duplicate_nothing(cluster: Cluster, tmp_path: Path) -> None:
-    ns = cluster.namespace("rs")
-    cluster.nodes("rs-gpu", 2, gpus=8)
-    cluster.queue("rs-team", [ns], quota=16)
+    ns = cluster.tenant("rs", 2, queue="rs-team")
     n = 36
     with gpuledger(cluster, tmp_path) as procs:
         for i in range(n):

@@ -158,9 +158,7 @@ def test_ingest_on_kafka_restart_loses_and_repeats_nothing(
     cluster: Cluster, settings: KafkaSettings
 ) -> None:
     s = settings
-    ns = cluster.namespace("kk-ing")
-    cluster.nodes("kk-ing-gpu", 2, gpus=8)
-    cluster.queue("kk-ing-team", [ns], quota=16)
+    ns = cluster.tenant("kk-ing", 2, queue="kk-ing-team")
     api = api_client(str(cluster.ingestor_kubeconfig))
     ing = Ingestor(api, url(s))
     assert isinstance(ing.sink, KafkaIntakeSink)
@@ -215,9 +213,7 @@ def test_ingest_subprocess_sigkilled_and_restarted(
     cluster: Cluster, settings: KafkaSettings, tmp_path: Path
 ) -> None:
     s = settings
-    ns = cluster.namespace("kk-kill")
-    cluster.nodes("kk-kill-gpu", 1, gpus=8)
-    cluster.queue("kk-kill-team", [ns], quota=8)
+    ns = cluster.tenant("kk-kill", 1, queue="kk-kill-team")
     proc = Proc(
         "ingest",
         ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", url(s)],
@@ -389,35 +385,17 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
 ) -> None:
     """Scheduler service + ingest + bind on one Kafka deployment: pods created in the API
     server get bound; SIGKILLed adapters neither lose nor repeat an event."""
-    import signal
-    import subprocess
-    import sys
-
-    from tests.kubeharness import ROOT
-
     s = settings
-    ns = cluster.namespace("kk-e2e")
-    cluster.nodes("kk-e2e-gpu", 2, gpus=8)
-    cluster.queue("kk-e2e-team", [ns], quota=16)
-    service_log = open(tmp_path / "service.log", "wb")  # noqa: SIM115
-    service = subprocess.Popen(
+    ns = cluster.tenant("kk-e2e", 2, queue="kk-e2e-team")
+    service = Proc(
+        "service",
         [
-            sys.executable,
-            "-m",
-            "scheduler.cli",
-            "scheduler",
-            "run",
-            "--bootstrap",
-            s.bootstrap,
-            "--prefix",
-            s.prefix,
-            "--session-timeout-ms",
-            "1500",
+            *("scheduler", "run", "--bootstrap", s.bootstrap, "--prefix", s.prefix),
+            *("--session-timeout-ms", "1500"),
         ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=service_log,
-    )
+        tmp_path,
+        command=(),
+    ).start()
     ingest = Proc(
         "ingest",
         ["ingest", "--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", url(s)],
@@ -459,15 +437,8 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
         )
         time.sleep(2)  # let PodFinished reach the ledger
     finally:
-        for p in (ingest, bind):
+        for p in (ingest, bind, service):
             p.stop()
-        service.send_signal(signal.SIGTERM)
-        try:
-            service.wait(15)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
-        service_log.close()
     for p in (ingest, bind):
         assert "Traceback" not in p.log(), f"{p.name}:\n{p.log()}"
     events = ledger(s)

@@ -30,7 +30,7 @@ from events.kafkalog import KafkaReader
 from replay.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kafkakit import kafka, settings
-from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, wait_established
+from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, running, wait_established
 from tests.kubeharness import wait_until as wait
 from tests.test_kube_churn import assert_no_double_booking, live_pods
 from tests.test_live_kafka import read_all
@@ -71,13 +71,8 @@ def deployment(cluster: Cluster, s: KafkaSettings, work: Path) -> Iterator[dict[
             command=(),
         ),
     }
-    for p in procs.values():
-        p.start()
-    try:
+    with running(procs):
         yield procs
-    finally:
-        for p in procs.values():
-            p.stop()
 
 
 def ledger_events(s: KafkaSettings) -> list[Any]:
@@ -129,25 +124,8 @@ def test_end_to_end_on_kafka_with_standby_reclaim_and_projection(
     with deployment(cluster, s, tmp_path) as procs:
         for i in range(2):
             cluster.pod(a, f"single-{i}", gpus=1, duration="2s")
-        for i in range(2):
-            cluster.pod(b, f"grp-{i}", gpus=2, group="grp", min_member=2, duration="2s")
-        bert = cluster.custom.create_namespaced_custom_object(
-            "kubeflow.org",
-            "v1",
-            a,
-            "pytorchjobs",
-            {
-                "apiVersion": "kubeflow.org/v1",
-                "kind": "PyTorchJob",
-                "metadata": {"name": "bert"},
-                "spec": {
-                    "pytorchReplicaSpecs": {
-                        "Master": {"replicas": 1, "template": {}},
-                        "Worker": {"replicas": 1, "template": {}},
-                    }
-                },
-            },
-        )
+        cluster.gang(b, "grp", 2, gpus=2, duration="2s")
+        bert = cluster.pytorchjob(a, "bert", workers=1)
         for name, role in (("bert-master-0", "master"), ("bert-worker-0", "worker")):
             labels = {
                 "training.kubeflow.org/job-name": "bert",
@@ -172,8 +150,7 @@ def test_end_to_end_on_kafka_with_standby_reclaim_and_projection(
         for i in range(2):
             cluster.pod(a, f"hog-{i}", gpus=8, duration=None)
         wait(lambda: node_of(cluster, a, "hog-0") and node_of(cluster, a, "hog-1"), 60, "hogs")
-        for i in range(2):
-            cluster.pod(b, f"claim-{i}", gpus=4, group="claim", min_member=2, duration=None)
+        cluster.gang(b, "claim", 2, gpus=4, duration=None)
         wait(lambda: node_of(cluster, b, "claim-1"), 60, "team b's reclaiming gang bound")
         assert_no_double_booking(cluster)
         preempted = cluster.events(a, "Preempted")

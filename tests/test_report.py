@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from events.codec import to_json_line
-from events.model import Event, JobPreempted, QueueConfigured
+from events.model import Event, QueueConfigured
 from projections.projector import project
 from projections.report import (
     COMPARE_COLUMNS,
@@ -24,7 +24,15 @@ from projections.report import (
 )
 from scheduler.cli import CliError
 from scheduler.cli.project import register
-from tests.test_projector import ListReader, allocated, finished, ledger, started, submit
+from tests.test_projector import (
+    ListReader,
+    allocated,
+    finished,
+    ledger,
+    preempted,
+    started,
+    submit,
+)
 
 
 def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = "") -> ListReader:
@@ -48,7 +56,7 @@ def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = ""
             if job == preempt:
                 lost = 6_480_000  # GPU-ms: 1.8 GPU-hours
                 items += [
-                    (ready + 1, preempted_once(job, q, lost)),
+                    (ready + 1, preempted(job, lost, queue=q)),
                     (ready + 2, allocated(job, queue=q)),
                     (ready + 2, started(job)),
                 ]
@@ -56,18 +64,6 @@ def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = ""
             items.append((end, finished(job)))
     items.sort(key=lambda item: item[0])
     return ledger(*items)
-
-
-def preempted_once(job: str, queue: str, lost_gpu_ms: int) -> JobPreempted:
-    return JobPreempted(
-        job=job,
-        queue=queue,
-        pods=(f"{job}-0",),
-        preemptor="x",
-        preemptor_queue="y",
-        rule="reclaim",
-        lost_gpu_ms=lost_gpu_ms,
-    )
 
 
 def line_of(text: str, first_word: str) -> list[str]:

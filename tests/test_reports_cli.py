@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import shutil
@@ -24,22 +23,14 @@ from projections.parquet import export_parquet, open_parquet
 from projections.projector import connect, project
 from projections.report import full_report, parse_window
 from scheduler.cli import CliError
-from scheduler.cli.project import register
 from tests.simkit import demo_inputs, simulate
 from tests.test_history import rows, slo_ledger, two_gpu_run
 from tests.test_projector import finished, ledger, started, submit
+from tests.test_report import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 EVIL_QUEUE = "<script>alert('q')</script>"
 EVIL_JOB = '"><img src=x onerror=alert(1)>'
-
-
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuledger")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -38,6 +38,9 @@ from projections.report import full_report
 from replay.inspect import state_at
 
 __all__ = ["Prefix", "Travel", "nodes_of"]
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def nodes_of(snapshot: Any) -> list[dict[str, Any]]:
@@ -135,13 +138,14 @@ class Travel:
         below offset ``end``, over its last ``window_s`` seconds or all of it."""
         key = (end, window_s)
         with self._lock:
-            if key in self._reports:
-                self._reports.move_to_end(key)
-                return self._reports[key]
+            hit = _lookup(self._reports, key)
+        if hit is not None:
+            return hit
         with self._projecting:
             with self._lock:  # another request may have computed it meanwhile
-                if key in self._reports:
-                    return self._reports[key]
+                hit = _lookup(self._reports, key)
+            if hit is not None:
+                return hit
             db = self._prefix(end)
             con = duckdb.connect(str(db), read_only=True)
             try:
@@ -149,9 +153,7 @@ class Travel:
             finally:
                 con.close()
         with self._lock:
-            self._reports[key] = report
-            while len(self._reports) > self.keep:
-                self._reports.popitem(last=False)
+            _remember(self._reports, key, report, self.keep)
         return report
 
     def _prefix(self, end: int) -> Path:
@@ -195,18 +197,16 @@ class Travel:
         ``("offset", n)`` exclusive) of the ledger as far as ``end_offset``."""
         key = (bound[0], bound[1], end_offset)
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+            hit = _lookup(self._cache, key)
+        if hit is not None:
+            return hit
         reader = open_reader(self.source)
         try:
             snapshot = state_at(reader, bound)
         finally:
             reader.close()
         with self._lock:
-            self._cache[key] = snapshot
-            while len(self._cache) > self.keep:
-                self._cache.popitem(last=False)
+            _remember(self._cache, key, snapshot, self.keep)
         return snapshot
 
 
@@ -214,3 +214,18 @@ def _remove(path: Path) -> None:
     for name in (path, Path(f"{path}.wal")):
         with contextlib.suppress(FileNotFoundError):
             name.unlink()
+
+
+def _lookup(cache: OrderedDict[_K, _V], key: _K) -> _V | None:
+    """The cached value of ``key``, made the most recently used, or None."""
+    if key not in cache:
+        return None
+    cache.move_to_end(key)
+    return cache[key]
+
+
+def _remember(cache: OrderedDict[_K, _V], key: _K, value: _V, keep: int) -> None:
+    """Cache ``value`` under ``key``, dropping the least recently used beyond ``keep``."""
+    cache[key] = value
+    while len(cache) > keep:
+        cache.popitem(last=False)
