@@ -16,12 +16,21 @@ refolded from offset 0 instead (rows are not re-emitted).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from events.model import (
+    CycleCompleted,
+    Event,
+    GpuUtilizationSampled,
+    JobRejected,
+    PodBound,
+    PodStarted,
+    Tick,
+)
+from projections.columns import rows_table, schema, table
 from scheduler.core import State, fair_shares
 from scheduler.outcomes import Allocation, JobOutcome, OutcomeFold, PodOutcome
 from scheduler.snapshot import SNAPSHOT_FORMAT, decode_snapshot, encode_snapshot
@@ -30,6 +39,7 @@ __all__ = [
     "ALLOCATION_SCHEMA",
     "MINUTE_MS",
     "POD_SCHEMA",
+    "SHARE_NEUTRAL",
     "SHARE_SCHEMA",
     "STATE_FORMAT",
     "ShareFold",
@@ -42,59 +52,27 @@ MINUTE_MS = 60_000
 
 # --------------------------------------------------------------------------- pods
 
-POD_SCHEMA = pa.schema(
-    [
-        ("job", pa.string()),
-        ("pod", pa.string()),
-        ("queue", pa.string()),
-        ("gpu_milli", pa.int64()),
-        ("status", pa.string()),
-        ("node", pa.string()),
-        ("allocations", pa.int32()),
-        ("first_allocated_at_ms", pa.int64()),
-        ("first_started_at_ms", pa.int64()),
-        ("started_at_ms", pa.int64()),
-        ("finished_at_ms", pa.int64()),
-        ("ran_without_gpus", pa.bool_()),
-        ("updated_offset", pa.int64()),
-    ]
+POD_SCHEMA = schema(
+    "job:string pod:string queue:string gpu_milli:int64 status:string node:string "
+    "allocations:int32 first_allocated_at_ms:int64 first_started_at_ms:int64 "
+    "started_at_ms:int64 finished_at_ms:int64 ran_without_gpus:bool "
+    "updated_offset:int64"
 )
-ALLOCATION_SCHEMA = pa.schema(
-    [
-        ("allocation_id", pa.string()),
-        ("job", pa.string()),
-        ("pod", pa.string()),
-        ("queue", pa.string()),
-        ("node", pa.string()),
-        ("gpus", pa.string()),
-        ("devices", pa.list_(pa.int32())),
-        ("device_milli", pa.list_(pa.int32())),
-        ("gpu_milli", pa.int64()),
-        ("allocated_offset", pa.int64()),
-        ("from_ms", pa.int64()),
-        ("started_ms", pa.int64()),
-        ("to_ms", pa.int64()),
-        ("end_reason", pa.string()),
-    ]
+ALLOCATION_SCHEMA = schema(
+    "allocation_id:string job:string pod:string queue:string node:string gpus:string "
+    "devices:int32[] device_milli:int32[] gpu_milli:int64 allocated_offset:int64 "
+    "from_ms:int64 started_ms:int64 to_ms:int64 end_reason:string"
 )
-
-
-def _table(items: list[Any], schema: pa.Schema) -> pa.Table:
-    rows = list(map(operator.attrgetter(*schema.names), items))
-    columns = zip(*rows, strict=True) if rows else ([] for _ in schema)
-    return pa.table(
-        [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
-    )
 
 
 def pod_rows(fold: OutcomeFold) -> pa.Table:
     """The batch's changed pods (``pods`` base columns)."""
-    return _table(list(fold.changed_pods.values()), POD_SCHEMA)
+    return rows_table(fold.changed_pods.values(), POD_SCHEMA)
 
 
 def allocation_rows(fold: OutcomeFold) -> pa.Table:
     """The batch's opened and closed allocations."""
-    return _table(list(fold.changed_allocs.values()), ALLOCATION_SCHEMA)
+    return rows_table(fold.changed_allocs.values(), ALLOCATION_SCHEMA)
 
 
 def load_outcomes(
@@ -118,25 +96,23 @@ def load_outcomes(
 
 # --------------------------------------------------------------------------- queue shares
 
-SHARE_SCHEMA = pa.schema(
-    [
-        ("queue", pa.string()),
-        ("parent", pa.string()),
-        ("from_minute", pa.int64()),
-        ("to_minute", pa.int64()),
-        ("current", pa.bool_()),
-        ("deserved_gpu_milli", pa.int64()),
-        ("fair_gpu_milli", pa.int64()),
-        ("allocated_gpu_milli", pa.int64()),
-        ("requested_gpu_milli", pa.int64()),
-        ("pending_jobs", pa.int32()),
-        ("running_jobs", pa.int32()),
-    ]
+SHARE_SCHEMA = schema(
+    "queue:string parent:string from_minute:int64 to_minute:int64 current:bool "
+    "deserved_gpu_milli:int64 fair_gpu_milli:int64 allocated_gpu_milli:int64 "
+    "requested_gpu_milli:int64 pending_jobs:int32 running_jobs:int32"
 )
 """The stored columns of ``queue_shares``; the projector derives ms, s and GPUs on insert."""
 
 STATE_FORMAT = f"gpuledger-snapshot-{SNAPSHOT_FORMAT}"
 """``projection_state.format`` of a core state saved with ``scheduler.snapshot``."""
+
+SHARE_NEUTRAL: frozenset[type[Event]] = frozenset(
+    {Tick, PodBound, PodStarted, CycleCompleted, GpuUtilizationSampled, JobRejected}
+)
+"""Events whose fold leaves every input of a queue's figures as it was: the queue tree and
+its configuration, the nodes' capacity, the policy configuration, each queue's allocation,
+pending order and active jobs (a pod's start changes only its job's start times and
+status). After only these, a sample would compute the figures it computed last time."""
 
 _Figures = tuple[str, int, int, int, int, int, int]
 """parent, deserved, fair, allocated and requested milli-GPUs, pending and running jobs."""
@@ -166,6 +142,10 @@ class ShareFold:
     current: dict[str, _Interval] = field(default_factory=dict)
     closed: list[tuple[str, int, int, _Figures]] = field(default_factory=list)
     """Intervals ended since the last ``take_rows``: queue, from, to (exclusive), figures."""
+    changed: bool = True
+    """Whether an event folded since the last sample may have changed the figures: the
+    caller sets it for every folded event not in ``SHARE_NEUTRAL``, and a sample with it
+    unset computes nothing (every current interval simply goes on)."""
 
     def snapshot(self) -> bytes:
         """The core's state in ``scheduler.snapshot``'s versioned msgpack format."""
@@ -209,11 +189,14 @@ class ShareFold:
 
     def _sample(self, first: int) -> None:
         """The figures from boundary ``first`` on: close the intervals they change."""
+        if not self.changed:
+            return
+        self.changed = False
         state = self.state
         current = self.current
         if not state.queues and not current:
             return
-        shares = fair_shares(state) if state.queues else None
+        shares = fair_shares(state, resources=1) if state.queues else None  # GPUs only
         pending: dict[str, int] = dict.fromkeys(state.queues, 0)
         running: dict[str, int] = dict.fromkeys(state.queues, 0)
         for queue in state.queues.values():
@@ -259,7 +242,4 @@ class ShareFold:
         for queue, interval in sorted(self.current.items()):
             add(queue, interval.from_minute, end, True, interval.figures)
         self.closed = []
-        return pa.table(
-            [pa.array(c, f.type) for c, f in zip(cols, SHARE_SCHEMA, strict=True)],
-            schema=SHARE_SCHEMA,
-        )
+        return table(cols, SHARE_SCHEMA)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import operator
 import os
 import sys
 import time
@@ -58,10 +57,12 @@ from events.model import (
     QueueRemoved,
 )
 from events.port import LedgerReader
+from projections.columns import rows_table, schema, table
 from projections.history import (
     ALLOCATION_SCHEMA,
     MINUTE_MS,
     POD_SCHEMA,
+    SHARE_NEUTRAL,
     STATE_FORMAT,
     ShareFold,
     allocation_rows,
@@ -462,34 +463,18 @@ class _Queue:
 
 # The fold state of a job as stored in ``jobs``; the other columns are derived from it in
 # SQL on insert (``_JOB_SELECT``), so that the derivation exists in one place only.
-_JOB_STATE_SCHEMA = pa.schema(
-    [
-        ("job", pa.string()),
-        ("queue", pa.string()),
-        ("priority_class", pa.string()),
-        ("pods", pa.int32()),
-        ("min_members", pa.int32()),
-        ("gpu_milli", pa.int64()),
-        ("submitted_at_ms", pa.int64()),
-        ("submitted_offset", pa.int64()),
-        ("updated_offset", pa.int64()),
-        ("ready_at_ms", pa.int64()),
-        ("finished_at_ms", pa.int64()),
-        ("status", pa.string()),
-        ("preemptions", pa.int32()),
-        ("lost_gpu_ms", pa.int64()),
-        ("unschedulable_reason", pa.string()),
-        ("started_pods", pa.int32()),
-        ("finished_pods", pa.int32()),
-        ("failed_pods", pa.int32()),
-    ]
+_JOB_STATE_SCHEMA = schema(
+    "job:string queue:string priority_class:string pods:int32 min_members:int32 "
+    "gpu_milli:int64 submitted_at_ms:int64 submitted_offset:int64 "
+    "updated_offset:int64 ready_at_ms:int64 finished_at_ms:int64 status:string "
+    "preemptions:int32 lost_gpu_ms:int64 unschedulable_reason:string "
+    "started_pods:int32 finished_pods:int32 failed_pods:int32"
 )
 _JOB_STATE_COLUMNS: tuple[str, ...] = tuple(_JOB_STATE_SCHEMA.names)
 # The batch carries the two durations as ``scheduler.outcomes`` defines them, too.
 _JOB_BATCH_SCHEMA = _JOB_STATE_SCHEMA.append(pa.field("time_to_ready_ms", pa.int64())).append(
     pa.field("completion_ms", pa.int64())
 )
-_job_batch = operator.attrgetter(*_JOB_BATCH_SCHEMA.names)
 
 # Integer ``/`` in DuckDB is DOUBLE division, correctly rounded like Python's ``/``.
 _JOB_SELECT = """
@@ -504,35 +489,16 @@ _JOB_SELECT = """
     b.completion_ms / 1000 AS completion_s
 """
 
-_QUEUE_SCHEMA = pa.schema(
-    [
-        ("queue", pa.string()),
-        ("parent", pa.string()),
-        ("path", pa.string()),
-        ("depth", pa.int32()),
-        ("deserved_gpus", pa.float64()),
-        ("deserved_gpu_percent", pa.int32()),
-        ("limit_gpus", pa.float64()),
-        ("over_quota_weight", pa.int32()),
-        ("priority", pa.int32()),
-        ("configured_at_s", pa.float64()),
-        ("removed", pa.bool_()),
-        ("configured_at_ms", pa.int64()),
-        ("configured_offset", pa.int64()),
-    ]
+_QUEUE_SCHEMA = schema(
+    "queue:string parent:string path:string depth:int32 deserved_gpus:float64 "
+    "deserved_gpu_percent:int32 limit_gpus:float64 over_quota_weight:int32 "
+    "priority:int32 configured_at_s:float64 removed:bool configured_at_ms:int64 "
+    "configured_offset:int64"
 )
 
-_EVENT_SCHEMA = pa.schema(
-    [
-        ("offset", pa.int64()),
-        ("at_ms", pa.int64()),
-        ("at_s", pa.float64()),
-        ("type", pa.string()),
-        ("key", pa.string()),
-        ("version", pa.int32()),
-        ("known", pa.bool_()),
-        ("payload", pa.string()),
-    ]
+_EVENT_SCHEMA = schema(
+    "offset:int64 at_ms:int64 at_s:float64 type:string key:string version:int32 "
+    "known:bool payload:string"
 )
 
 
@@ -640,12 +606,7 @@ def _load_fold(con: duckdb.DuckDBPyConnection, *, live_jobs: bool) -> _Fold:
 def _job_rows(fold: _Fold) -> pa.Table:
     """The batch's changed jobs as stored columns and durations; ``_JOB_SELECT`` derives
     the rest."""
-    rows = list(map(_job_batch, fold.outcomes.changed_jobs.values()))
-    columns = zip(*rows, strict=True) if rows else ([] for _ in _JOB_BATCH_SCHEMA)
-    return pa.table(
-        [pa.array(col, f.type) for col, f in zip(columns, _JOB_BATCH_SCHEMA, strict=True)],
-        schema=_JOB_BATCH_SCHEMA,
-    )
+    return rows_table(fold.outcomes.changed_jobs.values(), _JOB_BATCH_SCHEMA)
 
 
 def _queue_rows(fold: _Fold) -> pa.Table:
@@ -779,30 +740,18 @@ def _quick_switches() -> Iterator[None]:
         sys.setswitchinterval(was)
 
 
-_QUEUE_EVENTS: frozenset[type[Event]] = frozenset({QueueConfigured, QueueRemoved})
-_PREEMPTION_SCHEMA = pa.schema(
-    [
-        ("offset", pa.int64()),
-        ("at_ms", pa.int64()),
-        ("job", pa.string()),
-        ("queue", pa.string()),
-        ("preemptor", pa.string()),
-        ("preemptor_queue", pa.string()),
-        ("rule", pa.string()),
-        ("pods", pa.int32()),
-        ("lost_gpu_ms", pa.int64()),
-        ("checkpointed_ms", pa.int64()),
-    ]
+_ROW_EVENTS: frozenset[type[Event]] = frozenset(
+    {JobPreempted, GpuUtilizationSampled, QueueConfigured, QueueRemoved}
 )
-_SAMPLE_SCHEMA = pa.schema(
-    [
-        ("offset", pa.int64()),
-        ("at_ms", pa.int64()),
-        ("node", pa.string()),
-        ("device", pa.int32()),
-        ("utilization_pct", pa.int32()),
-        ("memory_used_mib", pa.int64()),
-    ]
+"""Events with rows of their own besides ``events``: ``preemptions``, ``gpu_utilization``
+and ``queues``."""
+_PREEMPTION_SCHEMA = schema(
+    "offset:int64 at_ms:int64 job:string queue:string preemptor:string "
+    "preemptor_queue:string rule:string pods:int32 lost_gpu_ms:int64 "
+    "checkpointed_ms:int64"
+)
+_SAMPLE_SCHEMA = schema(
+    "offset:int64 at_ms:int64 node:string device:int32 utilization_pct:int32 memory_used_mib:int64"
 )
 
 # Derived columns of the schema-2 tables, computed on insert like ``_JOB_SELECT``.
@@ -863,12 +812,10 @@ class _Extra:
         return self.since_snapshot >= max(_SNAPSHOT_EVENTS, _SNAPSHOT_EVENTS_PER_JOB * jobs)
 
     def take(self, schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:
-        table = pa.table(
-            [pa.array(c, f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
-        )
+        rows = table(cols, schema)
         for c in cols:
             c.clear()
-        return table
+        return rows
 
 
 def _fold_batch(
@@ -882,9 +829,11 @@ def _fold_batch(
     """Fold a batch into ``fold`` and ``extra`` and return its ``events`` rows.
 
     The hot loop of the projector: columns are plain lists with their ``append`` bound
-    once, and the derived columns (seconds, text payload) are computed by Arrow in bulk.
-    Every event is folded into the core's state by the job-outcome fold (which records
-    outcomes from ``from_jobs`` on); the share fold samples that state before each event.
+    once, and the derived columns (seconds, text payload) are computed by Arrow in bulk
+    (the payloads are JSON-encoded in one call, a line each). Every event is folded into
+    the core's state by the job-outcome fold (which records outcomes from ``from_jobs``
+    on); the share fold samples that state before each event, recomputing the figures
+    only after an event that can change them (``SHARE_NEUTRAL``).
     """
     offsets: list[int] = []
     ats: list[int] = []
@@ -892,12 +841,13 @@ def _fold_batch(
     keys: list[str] = []
     versions: list[int] = []
     known: list[bool] = []
-    payloads: list[bytes] = []
+    payloads: list[Any] = []
     add_offset, add_at, add_type = offsets.append, ats.append, types.append
     add_key, add_version, add_known = keys.append, versions.append, known.append
-    add_payload, encode = payloads.append, _payload_json.encode
+    add_payload = payloads.append
     apply_queue, apply_core = fold.apply_queue, fold.outcomes.apply
-    sample, advance_shares = extra.shares.sample, extra.shares.advance_only
+    shares = extra.shares
+    sample, advance_shares = shares.sample, shares.advance_only
     from_core, from_shares = extra.from_core, extra.from_shares
     from_preemptions, from_samples = extra.from_preemptions, extra.from_samples
     for offset, env in chunk:
@@ -913,23 +863,27 @@ def _fold_batch(
             add_key(env.key)
             add_version(env.version)
             add_known(event is not None)
-            add_payload(encode(event if event is not None else msgspec.msgpack.decode(env.payload)))
+            add_payload(event if event is not None else msgspec.msgpack.decode(env.payload))
         if event is None:
             continue
-        if isinstance(event, JobPreempted):
-            if offset >= from_preemptions:
-                _preemption_row(extra.preemptions, event, offset, at)
-        elif isinstance(event, GpuUtilizationSampled):
-            if offset >= from_samples:
-                _sample_row(extra.samples, event, offset, at)
-        elif type(event) in _QUEUE_EVENTS and offset >= from_queues:
-            apply_queue(event, offset, at)
+        kind = type(event)
+        if kind in _ROW_EVENTS:
+            if kind is JobPreempted:
+                if offset >= from_preemptions:
+                    _preemption_row(extra.preemptions, event, offset, at)  # type: ignore[arg-type]
+            elif kind is GpuUtilizationSampled:
+                if offset >= from_samples:
+                    _sample_row(extra.samples, event, offset, at)  # type: ignore[arg-type]
+            elif offset >= from_queues:
+                apply_queue(event, offset, at)
         if offset >= from_core:
             if offset >= from_shares:
                 sample(at)
             else:
                 advance_shares(at)
             apply_core(event, offset, at, record=offset >= from_jobs)
+            if kind not in SHARE_NEUTRAL:
+                shares.changed = True
     at_ms = pa.array(ats, pa.int64())
     return pa.table(
         [
@@ -940,10 +894,19 @@ def _fold_batch(
             pa.array(keys, pa.string()),
             pa.array(versions, pa.int32()),
             pa.array(known, pa.bool_()),
-            pa.array(payloads, pa.binary()).cast(pa.string()),
+            _json_lines(payloads),
         ],
         schema=_EVENT_SCHEMA,
     )
+
+
+def _json_lines(items: list[Any]) -> pa.Array:
+    """Each item's JSON text: encoded in one call, a line each (JSON text holds no raw
+    newline), and split into an Arrow string column."""
+    if not items:
+        return pa.array([], pa.string())
+    lines = _payload_json.encode_lines(items)[:-1]  # no empty last line
+    return pc.split_pattern(pa.array([lines], pa.binary()), b"\n").flatten().cast(pa.string())
 
 
 def _preemption_row(cols: list[list[Any]], event: JobPreempted, offset: int, at: int) -> None:

@@ -395,7 +395,7 @@ class OutcomeFold:
         elif core.attempt != before.attempt:
             outcome.running_since = None  # requeued and placed again by the same event
         outcome.status = status
-        counts = (len(started), len(finished), sum(1 for ok in finished.values() if not ok))
+        counts = (len(started), len(finished), [*finished.values()].count(False))
         if counts != (outcome.started_pods, outcome.finished_pods, outcome.failed_pods):
             outcome.started_pods, outcome.finished_pods, outcome.failed_pods = counts
             changed = True
@@ -405,16 +405,18 @@ class OutcomeFold:
 
     def _open(self, pod: PodOutcome, placement: PodPlacement, offset: int, at: int) -> None:
         slots = placement.gpus
+        devices = [s.device for s in slots]
+        milli = [s.milli for s in slots]
         alloc = Allocation(
             allocation_id=f"{offset}:{pod.pod}",
             job=pod.job,
             pod=pod.pod,
             queue=pod.queue,
             node=placement.node,
-            gpus=",".join(f"{s.device}:{s.milli}" for s in slots),
-            devices=[s.device for s in slots],
-            device_milli=[s.milli for s in slots],
-            gpu_milli=sum(s.milli for s in slots),
+            gpus=",".join([f"{d}:{m}" for d, m in zip(devices, milli, strict=True)]),
+            devices=devices,
+            device_milli=milli,
+            gpu_milli=sum(milli),
             allocated_offset=offset,
             from_ms=at,
         )

@@ -12,6 +12,7 @@ import pytest
 
 from bench.projection import long_ledger, table_rows
 from events.codec import decode_event
+from events.memlog import MemoryLedger
 from events.model import (
     Event,
     GpuSlot,
@@ -29,6 +30,9 @@ from projections import projector
 from projections.history import ShareFold
 from projections.projector import project
 from projections.views import SHARE_VIEW_NAMES, VIEW_NAMES
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
+from replay.examples import EXAMPLES
+from replay.sim import Simulation
 from scheduler.core import State, apply
 from scheduler.outcomes import OutcomeFold
 from scheduler.snapshot import state_bytes
@@ -576,3 +580,32 @@ def test_a_long_quiet_ledger_projects_rows_in_proportion_to_its_events(tmp_path:
     minute = (last_at // 2) // 60_000
     (row,) = rows(db, "SELECT count(*) AS n FROM queue_shares_minutes WHERE minute = ?", [minute])
     assert row["n"] == 22
+
+
+def _example_ledger(name: str) -> MemoryLedger:
+    example = EXAMPLES[name]
+    out = MemoryLedger()
+    Simulation(
+        load(example.path("cluster"), ClusterFile),
+        load(example.path("queues"), QueuesFile),
+        load(example.path("workload"), WorkloadFile),
+        "gpuledger",
+        out,
+    ).run()
+    return out
+
+
+@pytest.mark.parametrize("name", ["fintech", "big-gang", "long"])
+def test_skipped_share_samples_are_the_ones_that_would_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The share fold skips the samples after SHARE_NEUTRAL events only: sampling after
+    every event gives the same queue_shares rows."""
+    source = long_ledger() if name == "long" else _example_ledger(name)
+    project(source, tmp_path / "skipping.duckdb")
+    monkeypatch.setattr(projector, "SHARE_NEUTRAL", frozenset())
+    project(source, tmp_path / "every.duckdb")
+    sql = "SELECT * FROM queue_shares ORDER BY queue, from_minute"
+    expected = rows(tmp_path / "every.duckdb", sql)
+    assert len(expected) > len(source.records) // 100  # the figures do change
+    assert rows(tmp_path / "skipping.duckdb", sql) == expected

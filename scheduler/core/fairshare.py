@@ -106,8 +106,14 @@ class Shares:
         return queue.allocated[resource] - (placed[resource] if placed else 0)
 
 
-def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Shares:
-    """Fair share (and resolved deserved quota) of every queue for every resource."""
+def fair_shares(
+    state: State, demand: dict[str, list[int]] | None = None, *, resources: int = RESOURCES
+) -> Shares:
+    """Fair share (and resolved deserved quota) of every queue for every resource.
+
+    Each resource is divided on its own; ``resources=1`` divides the GPUs only (the other
+    resources' shares and quotas are then 0), for a reader that needs nothing else.
+    """
     if demand is None:
         demand = demands(state)
     total = capacity(state)
@@ -117,7 +123,7 @@ def fair_shares(state: State, demand: dict[str, list[int]] | None = None) -> Sha
     rank = None
     if state.config.share_rounding == "whole":
         rank = {name: i for i, name in enumerate(state.queues)}
-    for resource in range(RESOURCES):
+    for resource in range(resources):
         division = _Division(state, resource, demand, shares, deserved, rank)
         _divide(division, top, total[resource], total[resource])
     return Shares(fair=shares, deserved=deserved, demand=demand)
