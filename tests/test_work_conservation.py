@@ -19,34 +19,23 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
+from replay.conservation import fitting_jobs, live_reservations
 from replay.sim import Simulation
 from scheduler.core.admission import admission_reason
-from scheduler.core.allocate import _score_for
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import Statement
-from scheduler.core.running import NEVER
 from scheduler.core.state import State
 from tests.test_properties import scenarios
 
 
 def fitting_but_waiting(state: State) -> list[str]:
     """Pending jobs that may start and would fit outside live reservations now."""
-    now = state.now
-    skip = {n: None for n, start in state.reserved.items() if start > now or start == NEVER}
     shares = fair_shares(state)
-    found: list[str] = []
-    for _, _, job_id in state.pending:
-        job = state.jobs[job_id]
-        queue = state.queues.get(job.queue)
-        if queue is None or job.placements or job.backoff_until > now:
-            continue
-        if admission_reason(state, queue, job, shares) is not None:
-            continue
-        score = _score_for(state, queue, job)
-        with Statement(state.nodes, score=score, index=state.free_index()) as stmt:
-            if stmt.place_gang(job, skip=skip or None) is not None:
-                found.append(job_id)
-    return found
+    return [
+        job.job
+        for job in fitting_jobs(state, live_reservations(state))
+        if (queue := state.queues.get(job.queue)) is not None
+        and admission_reason(state, queue, job, shares) is None
+    ]
 
 
 def run_checked(

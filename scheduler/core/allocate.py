@@ -19,7 +19,7 @@ from scheduler.core.admission import admission_reason, limited, queue_order, quo
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import Statement, binpack_score, spread_score
+from scheduler.core.placement import FailedShapes, Statement, binpack_score, spread_score
 from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
 from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
@@ -41,6 +41,7 @@ def allocate(state: State, emit: Emit) -> None:
         RunningEnds(state),
         leaves,
         {q.name: limited(state, q.name) for q in leaves},
+        failed=FailedShapes(state.shape_cache),
     )
     while (queue := _next_queue(s)) is not None:
         index = s.cursor.get(queue.name, 0)
@@ -166,7 +167,9 @@ def _requeued(s: Session, victim: Job) -> None:
     s.ranked = []
 
 
-def _score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+def score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+    """How the job's pods pick nodes: its own placement strategy, else its queue's, else
+    the policy's (binpack unless spread)."""
     strategy = job.placement or queue.placement or state.config.placement
     return spread_score if strategy == "spread" else binpack_score
 
@@ -194,7 +197,7 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
         return "skipped"
     plan: _Plan | None = None
     with Statement(
-        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+        state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements = None
         if allowed is None and s.reserved_nodes:
@@ -223,7 +226,7 @@ def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
     state = s.state
     allowed = blocked_nodes(state, job, s.reservations)
     with Statement(
-        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+        state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements, evicted = make_room(s, queue, job, stmt, allowed)
     if placements is None:

@@ -464,15 +464,21 @@ class FailedShapes:
     for GPUs, by (largest pod, whole gang). Any other job (topology, GPU memory instead of
     a fraction, a multi-pod gang asking for CPU or memory) is always tried. Per kind only
     the smallest failures are kept, none covering another.
+
+    A job's shape depends on its pods alone, so it is worked out once per pending job
+    (``cache``: ``State.shape_cache``) rather than at every look-up: a congested cycle
+    looks up every job behind its queue's blocked head.
     """
 
-    __slots__ = ("failed",)
+    __slots__ = ("cache", "failed")
 
-    def __init__(self) -> None:
-        self.failed: dict[tuple[object, ...], list[Vector]] = {}
+    def __init__(self, cache: dict[str, tuple[Job, object]] | None = None) -> None:
+        self.failed: dict[object, dict[tuple[object, ...], list[Vector]]] = {}
+        """blocked token -> kind -> the smallest request vectors that failed."""
+        self.cache: dict[str, tuple[Job, object]] = {} if cache is None else cache
 
     @staticmethod
-    def shape(job: Job, blocked: object) -> tuple[tuple[object, ...], Vector] | None:
+    def shape(job: Job) -> tuple[tuple[object, ...], Vector] | None:
         """(kind, request vector) of a job this memo can judge, or None."""
         if job.topology_key:
             return None
@@ -484,44 +490,61 @@ class FailedShapes:
             if pod.node_selector or pod.tolerations:
                 kind: tuple[object, ...] = (
                     "pod",
-                    blocked,
                     tuple(sorted(pod.node_selector.items())),
                     pod.tolerations,
                 )
             else:
-                kind = ("pod", blocked)
+                kind = ("pod",)
             return kind, (pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
         if job.min_members not in (0, len(pods)) or job.min_per_group:
             return None  # elastic: its fit depends on which pods are required
         shape = gang_shape(job, False)
         if shape is None:
             return None
-        return ("gang", blocked), (shape[0], shape[1])
+        return ("gang",), (shape[0], shape[1])
+
+    def _shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
+        hit = self.cache.get(job.job)
+        if hit is not None and hit[0] is job:
+            return hit[1]  # type: ignore[return-value]  # stored by this method
+        found = self.shape(job)
+        self.cache[job.job] = (job, found)
+        return found
 
     def may_fit(self, job: Job, blocked: object = ()) -> bool:
         """False if a job asking no more already failed (the job need not be tried)."""
-        found = self.shape(job, blocked)
+        by_kind = self.failed.get(blocked)
+        if not by_kind:
+            return True
+        found = self._shape_of(job)
         if found is None:
             return True
-        failed = self.failed.get(found[0])
+        failed = by_kind.get(found[0])
         if not failed:
             return True
         vector = found[1]
-        return not any(all(v >= f for v, f in zip(vector, seen, strict=True)) for seen in failed)
+        for seen in failed:
+            for v, f in zip(vector, seen, strict=True):
+                if v < f:
+                    break
+            else:
+                return False
+        return True
 
     def add(self, job: Job, blocked: object = ()) -> None:
         """Remember a job that found no room."""
-        found = self.shape(job, blocked)
+        found = self._shape_of(job)
         if found is None:
             return
         kind, vector = found
+        by_kind = self.failed.setdefault(blocked, {})
         kept = [
             seen
-            for seen in self.failed.get(kind, ())
+            for seen in by_kind.get(kind, ())
             if not all(s >= v for s, v in zip(seen, vector, strict=True))
         ]
         kept.append(vector)
-        self.failed[kind] = kept
+        by_kind[kind] = kept
 
     def clear(self) -> None:
         """Forget every failure (capacity was freed)."""

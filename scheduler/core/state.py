@@ -245,6 +245,9 @@ class State:
     kept current by ``apply``, dropped when the queue tree changes)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
+    shape_cache: dict[str, tuple[Job, object]] = field(default_factory=dict)
+    """Cache: per pending job, (the job, what decides its fit by shape): worked out once by
+    ``placement.job_shape`` (a job's pods never change), dropped by ``remove_pending``."""
     stale: dict[str, None] = field(default_factory=dict)
     """Running gangs below their minimum, by when they fell (insertion order)."""
     wakeup: int | None = None
@@ -310,6 +313,7 @@ class State:
         """Take a job out of the pending orders, where it is there."""
         key = job.pending_key
         _remove_sorted(self.pending, key)
+        self.shape_cache.pop(job.job, None)
         queue = self.queues.get(job.queue)
         if (
             queue is not None
