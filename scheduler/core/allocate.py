@@ -63,9 +63,62 @@ def allocate(state: State, emit: Emit) -> None:
             _blocked(s, queue, job, reason)
         elif tried == "failed":
             missed(s, queue)  # behind a blocked head only plain placements into the gap
+        elif queue.name in s.blocked:
+            _skipped(s, queue, job)
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+
+
+def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
+    """What decides whether a job behind a blocked head is skipped (``_try_job``), when
+    that is all: its shape (``FailedShapes``: whether the memo rules it out), the nodes it
+    must keep off (``blocked_nodes``: by preemptibility and expected runtime) and its
+    admission (``admission_reason``: by its request and preemptibility, against queue
+    state that only placements change). None: the job is always looked at."""
+    shape = s.failed.shape_of(job)
+    if shape is None:
+        return None
+    return (shape, job.request, job.preemptible, job.expected_runtime_ms)
+
+
+def _skipped(s: Session, queue: Queue, job: Job) -> None:
+    """A job behind the queue's blocked head was skipped: remember its skip key."""
+    key = skip_key(s, job)
+    if key is None:
+        return
+    if s.skipping_queue != queue.name:
+        s.skipping.clear()
+        s.skipping_queue = queue.name
+    s.skipping[key] = None
+
+
+def _skip_known(s: Session, queue: Queue, index: int) -> int:
+    """The index of the queue's next job to look at: past every job from ``index`` on
+    whose skip key was skipped already in this walk (``Session.skipping``).
+
+    Behind a blocked head a job is tried only if it is out of back-off, the walk goes on
+    (``_no_room_left``), admission lets it and the memo of failed shapes does not rule
+    it out; between placements, reservations and evictions (which empty ``skipping``)
+    none of these changes for a job of the same key, so it would be skipped too. A
+    congested queue's backlog of a few shapes is passed over here instead of being
+    tried job by job."""
+    if queue.name != s.skipping_queue or queue.name not in s.blocked:
+        return index
+    pending = queue.pending
+    jobs = s.state.jobs
+    now = s.state.now
+    skipping = s.skipping
+    end = len(pending)
+    at = index
+    while at < end:
+        job = jobs[pending[at][2]]
+        if job.backoff_until > now or skip_key(s, job) not in skipping:
+            break
+        at += 1
+    if at != index:
+        s.cursor[queue.name] = at
+    return at
 
 
 def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, str | None]:
@@ -85,7 +138,8 @@ def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, st
 
 
 def _next_queue(s: Session) -> Queue | None:
-    """The first queue in order that still has a job to try (None: the cycle is done).
+    """The first queue in order that still has a job to try (None: the cycle is done),
+    its cursor moved past the jobs it would only skip (``_skip_known``).
 
     Order keys change only when allocations change, so the ranking is redone after each
     placement; in between queues only drop out.
@@ -97,12 +151,16 @@ def _next_queue(s: Session) -> Queue | None:
         )
         s.at = 0
     ranked = s.ranked
-    while s.at < len(ranked) and (
-        ranked[s.at].name in s.done
-        or s.cursor.get(ranked[s.at].name, 0) >= len(ranked[s.at].pending)
-    ):
+    while s.at < len(ranked):
+        queue = ranked[s.at]
+        if queue.name not in s.done:
+            index = s.cursor.get(queue.name, 0)
+            if s.skipping:
+                index = _skip_known(s, queue, index)
+            if index < len(queue.pending):
+                return queue
         s.at += 1
-    return ranked[s.at] if s.at < len(ranked) else None
+    return None
 
 
 def _no_room_left(s: Session, queue: Queue) -> bool:
@@ -131,10 +189,12 @@ def _placed(s: Session, job: Job) -> None:
     s.ranked = []
     s.planned.clear()
     s.free_gpu = None
+    s.skipping.clear()
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
     """The queue's head could not start: it blocks the queue, and says why it waits."""
+    s.skipping.clear()  # skips were judged in another queue, or before this reservation
     if not s.state.config.backfill:
         s.done[queue.name] = None  # first in, first out: the queue waits behind it
         note_reason(job, reason or capacity_reason(s.state, job), s.emit)
@@ -286,3 +346,4 @@ def _reopen(s: Session) -> None:
     s.reservations.clear()
     s.reserved_nodes.clear()
     s.ranked = []
+    s.skipping.clear()

@@ -503,7 +503,8 @@ class FailedShapes:
             return None
         return ("gang",), (shape[0], shape[1])
 
-    def _shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
+    def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
+        """``shape(job)``, from the cache."""
         hit = self.cache.get(job.job)
         if hit is not None and hit[0] is job:
             return hit[1]  # type: ignore[return-value]  # stored by this method
@@ -516,7 +517,7 @@ class FailedShapes:
         by_kind = self.failed.get(blocked)
         if not by_kind:
             return True
-        found = self._shape_of(job)
+        found = self.shape_of(job)
         if found is None:
             return True
         failed = by_kind.get(found[0])
@@ -533,7 +534,7 @@ class FailedShapes:
 
     def add(self, job: Job, blocked: object = ()) -> None:
         """Remember a job that found no room."""
-        found = self._shape_of(job)
+        found = self.shape_of(job)
         if found is None:
             return
         kind, vector = found
