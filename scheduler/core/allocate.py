@@ -19,7 +19,13 @@ from scheduler.core.admission import admission_reason, limited, queue_order, quo
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import FailedShapes, Statement, binpack_score, spread_score
+from scheduler.core.placement import (
+    FailedShapes,
+    Statement,
+    binpack_score,
+    job_shape,
+    spread_score,
+)
 from scheduler.core.reasons import backoff_reason, capacity_reason, note_reason
 from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
@@ -75,11 +81,9 @@ def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
     that is all: its shape (``FailedShapes``: whether the memo rules it out), the nodes it
     must keep off (``blocked_nodes``: by preemptibility and expected runtime) and its
     admission (``admission_reason``: by its request and preemptibility, against queue
-    state that only placements change). None: the job is always looked at."""
-    shape = s.failed.shape_of(job)
-    if shape is None:
-        return None
-    return (shape, job.request, job.preemptible, job.expected_runtime_ms)
+    state that only placements change). None: the job is always looked at. Worked out
+    once per pending job (``placement.job_shape``)."""
+    return job_shape(s.state.shape_cache, job).skip
 
 
 def _skipped(s: Session, queue: Queue, job: Job) -> None:
@@ -111,9 +115,15 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     skipping = s.skipping
     end = len(pending)
     at = index
+    cache = s.state.shape_cache
     while at < end:
         job = jobs[pending[at][2]]
-        if job.backoff_until > now or skip_key(s, job) not in skipping:
+        if job.backoff_until > now:
+            break
+        shape = cache.get(job.job)
+        if shape is None or shape.job is not job:
+            shape = job_shape(cache, job)
+        if shape.skip not in skipping:
             break
         at += 1
     if at != index:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
-from scheduler.core.state import FreeIndex, Job, Node
+from scheduler.core.state import FreeIndex, Job, JobShape, Node
 
 
 def selector_matches(node: Node, selector: dict[str, str]) -> bool:
@@ -141,6 +141,28 @@ def gang_shape(job: Job, restricted: bool) -> tuple[int, int, bool] | None:
             return None
         largest = max(largest, pod.gpu_milli)
     return (largest, job.request[0], restricted)
+
+
+def uniform_size(job: Job) -> int | None:
+    """The pod size of a gang whose pods are all alike and all required, or None."""
+    size = job.pods[0].gpu_milli
+    if size <= 0 or job.min_per_group or job.min_members not in (0, len(job.pods)):
+        return None
+    if any(p.gpu_milli != size or p.group for p in job.pods):
+        return None
+    return size
+
+
+def job_shape(cache: dict[str, JobShape], job: Job) -> JobShape:
+    """The job's ``JobShape``, from ``cache`` (``State.shape_cache``) or worked out there."""
+    hit = cache.get(job.job)
+    if hit is not None and hit.job is job:
+        return hit
+    memo = FailedShapes.shape(job)
+    skip = None if memo is None else (memo, job.request, job.preemptible, job.expected_runtime_ms)
+    uniform = (uniform_size(job) or 0) if gang_shape(job, False) is not None else 0
+    found = cache[job.job] = JobShape(job, memo, skip, uniform)
+    return found
 
 
 def gang_demand(job: Job, fractional: bool) -> list[tuple[int, int]]:
@@ -472,10 +494,10 @@ class FailedShapes:
 
     __slots__ = ("cache", "failed")
 
-    def __init__(self, cache: dict[str, tuple[Job, object]] | None = None) -> None:
+    def __init__(self, cache: dict[str, JobShape] | None = None) -> None:
         self.failed: dict[object, dict[tuple[object, ...], list[Vector]]] = {}
         """blocked token -> kind -> the smallest request vectors that failed."""
-        self.cache: dict[str, tuple[Job, object]] = {} if cache is None else cache
+        self.cache: dict[str, JobShape] = {} if cache is None else cache
 
     @staticmethod
     def shape(job: Job) -> tuple[tuple[object, ...], Vector] | None:
@@ -505,12 +527,7 @@ class FailedShapes:
 
     def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
         """``shape(job)``, from the cache."""
-        hit = self.cache.get(job.job)
-        if hit is not None and hit[0] is job:
-            return hit[1]  # type: ignore[return-value]  # stored by this method
-        found = self.shape(job)
-        self.cache[job.job] = (job, found)
-        return found
+        return job_shape(self.cache, job).memo
 
     def may_fit(self, job: Job, blocked: object = ()) -> bool:
         """False if a job asking no more already failed (the job need not be tried)."""
