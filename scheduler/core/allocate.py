@@ -138,13 +138,25 @@ def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, st
     state = s.state
     if not s.limited[queue.name] and job.preemptible:
         return _try_job(s, queue, job, head=head), None
-    reason = admission_reason(state, queue, job, s.shares)
+    reason = _admission(s, queue, job)
     if reason is None:
         return _try_job(s, queue, job, head=head), None
     if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
         return "failed", reason
     tried = _try_preempting(s, queue, job)
     return tried, (None if tried == "placed" else reason)
+
+
+def _admission(s: Session, queue: Queue, job: Job) -> str | None:
+    """``admission_reason`` for the job, worked out once per request and preemptibility in
+    the queue until a placement or eviction changes what the queues hold (``_placed``,
+    ``_reopen``): it depends on nothing else of the job, and a congested queue asks it of
+    up to ``BACKFILL_TRIES`` jobs behind its blocked head in every cycle."""
+    key = (queue.name, job.request, job.preemptible)
+    if key in s.admissions:
+        return s.admissions[key]
+    reason = s.admissions[key] = admission_reason(s.state, queue, job, s.shares)
+    return reason
 
 
 def _next_queue(s: Session) -> Queue | None:
@@ -200,6 +212,7 @@ def _placed(s: Session, job: Job) -> None:
     s.planned.clear()
     s.free_gpu = None
     s.skipping.clear()
+    s.admissions.clear()
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
@@ -357,3 +370,4 @@ def _reopen(s: Session) -> None:
     s.reserved_nodes.clear()
     s.ranked = []
     s.skipping.clear()
+    s.admissions.clear()

@@ -73,3 +73,8 @@ class Session:
     eviction: a later job of the same key in that queue is skipped as well."""
     skipping_queue: str = ""
     """The queue whose walk ``skipping`` belongs to."""
+    admissions: dict[tuple[str, tuple[int, int, int], bool], str | None] = field(
+        default_factory=dict
+    )
+    """``admission_reason`` by (queue, request, preemptible) since the last placement or
+    eviction (``allocate._admission``)."""
