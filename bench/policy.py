@@ -1,6 +1,7 @@
 """The policy on a congested multi-tenant workload, against the baselines (issue 15's yardsticks).
 
-    python -m bench.policy [--out DIR] [--policies gpuledger,easy,fifo,drf] [--json FILE] [--no-congested]
+    python -m bench.policy [--out DIR] [--policies gpuledger,easy,fifo,drf] [--json FILE]
+                           [--no-congested]
 
 Runs ``gpuledger compare`` on ``bench/multitenant/`` (a week of six tenants on 320 GPUs:
 mostly 1-GPU jobs with heavy-tailed runtimes and 16–32-GPU gangs, demand close to capacity)
