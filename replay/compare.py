@@ -58,6 +58,9 @@ class Run:
     """The policy's headline figures (``summarise``)."""
     demand: dict[str, dict[str, float]]
     """Per leaf queue: deserved GPUs and the GPUs its work asks for on average."""
+    cpu_seconds: float = 0.0
+    """CPU time the simulation took (its process's: on a shared machine the wall time
+    ``seconds`` also counts waiting for a core)."""
 
 
 def _downsample(points: list[tuple[float, float]], limit: int = 400) -> list[tuple[float, float]]:
@@ -77,11 +80,13 @@ def run_policy(
 ) -> Run:
     """Simulate one policy into ``ledger`` and summarise it (runs in a worker process)."""
     started = time.perf_counter()
+    cpu_started = time.process_time()
     monitor = ConservationMonitor()
     with FileLedger.open(ledger) as writer:
         sim = Simulation(cluster, queues, workload, policy_event(policy, knobs), writer)
         result = sim.run(observe=monitor.observe)
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     m = collect(LedgerDirReader(ledger).read(0))
     util = [(at / 1000, allocated / cap if cap else 0.0) for at, allocated, cap in m.utilisation]
     total: dict[str, int] = {}
@@ -126,6 +131,7 @@ def run_policy(
         jobs=jobs,
         summary=summarise(m, monitor, result.cycles),
         demand=demand,
+        cpu_seconds=cpu_seconds,
     )
 
 

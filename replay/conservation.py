@@ -9,19 +9,22 @@ work-conserving policy keeps both at zero; a policy that holds capacity back by 
 rules (a queue's limit, non-preemptible work only within deserved quota) shows it here,
 and ``held_by_rule`` says how much of it was such a job.
 
-The check is a dry run of every pending job's placement (free capacity only, nothing
-evicted), skipping jobs that ask at least as much as one that already failed, and stops at
-the first job that fits. It runs at most once per ``every_ms`` of simulated time; between
+The check is a dry run of every pending job's placement (``fitting_jobs``: free capacity
+only, nothing evicted, nodes scored as the gang policy scores them), skipping jobs that ask
+at least as much as one that already failed, and stops at the first job that fits and that
+no rule holds back. It runs at most once per ``every_ms`` of simulated time; between
 checks the last answer holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from scheduler.core.admission import admission_reason
+from scheduler.core.allocate import score_for
 from scheduler.core.fairshare import Shares, fair_shares
-from scheduler.core.placement import FailedShapes, Statement
+from scheduler.core.placement import FailedShapes, Statement, binpack_score
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, State
 
@@ -71,35 +74,65 @@ class ConservationMonitor:
         return self.idle_gpu_ms / 1000 / 3_600_000
 
 
+def live_reservations(state: State) -> dict[str, None]:
+    """Nodes a reservation of the last cycle holds whose start is still ahead or unknown
+    (capacity spoken for, as ``State.reserved`` says)."""
+    now = state.now
+    return {n: None for n, start in state.reserved.items() if start > now or start == NEVER}
+
+
+def fitting_jobs(state: State, skip: dict[str, None]) -> Iterator[Job]:
+    """Pending jobs that would fit right now on free capacity outside the ``skip`` nodes, in
+    pending order, lazily.
+
+    Each job's placement is a dry run (free capacity only, nothing evicted, rolled back)
+    with the node scoring the gang policy's ``allocate`` gives it (``score_for``: the job's
+    placement strategy, else its queue's, else the policy's). Scoring decides more than
+    where a gang lands: pods are placed one by one, so a gang that fits when packed may
+    not fit when spread, and the question is whether the policy would have found room.
+    Jobs waiting out a bind back-off, and gangs already part-placed, are passed over; a
+    job asking no less than one that already failed, with the same scoring, is not
+    tried (``FailedShapes``: the capacity stays the same throughout).
+    """
+    now = state.now
+    idle = any(
+        n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
+    )
+    failed = FailedShapes(state.shape_cache)
+    jobs = state.jobs
+    queues = state.queues
+    for _, _, job_id in state.pending:
+        job = jobs[job_id]
+        if job.placements or job.backoff_until > now or (job.request[0] and not idle):
+            continue
+        queue = queues.get(job.queue)
+        score = binpack_score if queue is None else score_for(state, queue, job)
+        if not failed.may_fit(job, score):
+            continue
+        with Statement(state.nodes, score=score, index=state.free_index()) as stmt:
+            fits = stmt.place_gang(job, skip=skip or None) is not None
+        if fits:
+            yield job
+        else:
+            failed.add(job, score)
+
+
 def _fitting_job_waits(state: State) -> tuple[bool, int, bool]:
     """(a pending job fits outside live reservations, idle milli-GPUs there, and every
     such job is held back by a limit or the non-preemptible quota rule)."""
-    now = state.now
-    skip = {n: None for n, start in state.reserved.items() if start > now or start == NEVER}
+    skip = live_reservations(state)
     idle = sum(
         n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
     )
-    failed = FailedShapes()
-    shares = fair_shares(state) if state.policy == "gpuledger" else None
-    held_only = True
+    shares: Shares | None = None
     found = False
-    jobs = state.jobs
-    for _, _, job_id in state.pending:
-        job = jobs[job_id]
-        if job.placements or job.backoff_until > now or not failed.may_fit(job):
-            continue
-        if job.request[0] and not idle:
-            continue
-        with Statement(state.nodes, index=state.free_index()) as stmt:
-            fits = stmt.place_gang(job, skip=skip or None) is not None
-        if not fits:
-            failed.add(job)
-            continue
+    for job in fitting_jobs(state, skip):
         found = True
+        if shares is None and state.policy == "gpuledger":
+            shares = fair_shares(state)
         if not _held_by_rule(state, job, shares):
-            held_only = False
-            break
-    return (found, idle, found and held_only)
+            return (True, idle, False)
+    return (found, idle, found)
 
 
 def _held_by_rule(state: State, job: Job, shares: Shares | None) -> bool:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events.memlog import MemoryLedger
+from events.model import GpuSlot, PodPlacement, PodsAllocated
 from replay.config import (
     ClusterFile,
     JobSpec,
@@ -19,34 +20,25 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
+from replay.conservation import fitting_jobs, live_reservations
 from replay.sim import Simulation
 from scheduler.core.admission import admission_reason
-from scheduler.core.allocate import _score_for
+from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import Statement
-from scheduler.core.running import NEVER
 from scheduler.core.state import State
+from tests.builders import job, node, queue
 from tests.test_properties import scenarios
 
 
 def fitting_but_waiting(state: State) -> list[str]:
     """Pending jobs that may start and would fit outside live reservations now."""
-    now = state.now
-    skip = {n: None for n, start in state.reserved.items() if start > now or start == NEVER}
     shares = fair_shares(state)
-    found: list[str] = []
-    for _, _, job_id in state.pending:
-        job = state.jobs[job_id]
-        queue = state.queues.get(job.queue)
-        if queue is None or job.placements or job.backoff_until > now:
-            continue
-        if admission_reason(state, queue, job, shares) is not None:
-            continue
-        score = _score_for(state, queue, job)
-        with Statement(state.nodes, score=score, index=state.free_index()) as stmt:
-            if stmt.place_gang(job, skip=skip or None) is not None:
-                found.append(job_id)
-    return found
+    return [
+        job.job
+        for job in fitting_jobs(state, live_reservations(state))
+        if (queue := state.queues.get(job.queue)) is not None
+        and admission_reason(state, queue, job, shares) is None
+    ]
 
 
 def run_checked(
@@ -132,3 +124,34 @@ def test_any_flood_behind_blocked_heads_leaves_nothing_that_fits(heads, big, sma
 def test_small_jobs_behind_hundreds_of_blocked_ones_still_fill_the_gap() -> None:
     cluster, queues, workload = flood(blocked_heads=3, big_behind=300, small_behind=40)
     assert run_checked(cluster, queues, workload) > 0
+
+
+def _one_then_two(placement: str) -> State:
+    """Nodes a and b of 2 GPUs, one of a's taken; pending, a gang of a 1-GPU pod then a
+    2-GPU pod, placed by ``placement``."""
+    state = State()
+    gang = job("g", "q", pods=2, placement=placement)
+    pods = (gang.pods[0], msgspec.structs.replace(gang.pods[1], gpu_milli=2000))
+    for event in (
+        node("a", gpus=2),
+        node("b", gpus=2),
+        queue("q", deserved=4),
+        job("filler", "q"),
+        PodsAllocated(
+            job="filler",
+            queue="q",
+            placements=(PodPlacement(pod="filler-0", node="a", gpus=(GpuSlot(0, 1000),)),),
+        ),
+        msgspec.structs.replace(gang, pods=pods),
+    ):
+        apply(state, event, 0)
+    return state
+
+
+def test_fitting_jobs_place_as_allocate_scores_nodes() -> None:
+    # Packed, the 1-GPU pod takes a's last GPU and the 2-GPU pod fits b; spread, the 1-GPU
+    # pod goes to b and neither node has 2 GPUs left: the gang fits only as packed.
+    packed = _one_then_two("binpack")
+    assert [j.job for j in fitting_jobs(packed, live_reservations(packed))] == ["g"]
+    spread = _one_then_two("spread")
+    assert [j.job for j in fitting_jobs(spread, live_reservations(spread))] == []

@@ -20,7 +20,13 @@ from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, mi
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
-from scheduler.core.placement import Statement, binpack_score, spread_score
+from scheduler.core.placement import (
+    FailedShapes,
+    Statement,
+    binpack_score,
+    job_shape,
+    spread_score,
+)
 from scheduler.core.reasons import Reason, backoff_reason, note_reason
 from scheduler.core.running import held_resources
 from scheduler.core.session import Emit, Session
@@ -42,6 +48,7 @@ def allocate(state: State, emit: Emit) -> None:
         RunningEnds(state),
         leaves,
         {q.name: limited(state, q.name) for q in leaves},
+        failed=FailedShapes(state.shape_cache),
     )
     while (queue := _next_queue(s)) is not None:
         index = s.cursor.get(queue.name, 0)
@@ -64,9 +71,66 @@ def allocate(state: State, emit: Emit) -> None:
         elif tried == "failed":
             # behind a blocked head only plain placements into the gap
             missed(s, queue, job if reason is None else None)
+        elif queue.name in s.blocked:
+            _skipped(s, queue, job)
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+
+
+def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
+    """What decides whether a job behind a blocked head is skipped (``_try_job``), when
+    that is all: its shape (``FailedShapes``: whether the memo rules it out), the nodes it
+    must keep off (``blocked_nodes``: by preemptibility and expected runtime) and its
+    admission (``admission_reason``: by its request and preemptibility, against queue
+    state that only placements change). None: the job is always looked at. Worked out
+    once per pending job (``placement.job_shape``)."""
+    return job_shape(s.state.shape_cache, job).skip
+
+
+def _skipped(s: Session, queue: Queue, job: Job) -> None:
+    """A job behind the queue's blocked head was skipped: remember its skip key."""
+    key = skip_key(s, job)
+    if key is None:
+        return
+    if s.skipping_queue != queue.name:
+        s.skipping.clear()
+        s.skipping_queue = queue.name
+    s.skipping[key] = None
+
+
+def _skip_known(s: Session, queue: Queue, index: int) -> int:
+    """The index of the queue's next job to look at: past every job from ``index`` on
+    whose skip key was skipped already in this walk (``Session.skipping``).
+
+    Behind a blocked head a job is tried only if it is out of back-off, the walk goes on
+    (``_no_room_left``), admission lets it and the memo of failed shapes does not rule
+    it out; between placements, reservations and evictions (which empty ``skipping``)
+    none of these changes for a job of the same key, so it would be skipped too. A
+    congested queue's backlog of a few shapes is passed over here instead of being
+    tried job by job."""
+    if queue.name != s.skipping_queue or queue.name not in s.blocked:
+        return index
+    pending = queue.pending
+    jobs = s.state.jobs
+    now = s.state.now
+    skipping = s.skipping
+    end = len(pending)
+    at = index
+    cache = s.state.shape_cache
+    while at < end:
+        job = jobs[pending[at][2]]
+        if job.backoff_until > now:
+            break
+        shape = cache.get(job.job)
+        if shape is None or shape.job is not job:
+            shape = job_shape(cache, job)
+        if shape.skip not in skipping:
+            break
+        at += 1
+    if at != index:
+        s.cursor[queue.name] = at
+    return at
 
 
 def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Reason | None]:
@@ -76,7 +140,7 @@ def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Re
     state = s.state
     if not s.limited[queue.name] and job.preemptible:
         return _try_job(s, queue, job, head=head), None
-    reason = admission_reason(state, queue, job, s.shares)
+    reason = _admission(s, queue, job)
     if reason is None:
         return _try_job(s, queue, job, head=head), None
     if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
@@ -85,8 +149,21 @@ def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Re
     return tried, (None if tried == "placed" else reason)
 
 
+def _admission(s: Session, queue: Queue, job: Job) -> Reason | None:
+    """``admission_reason`` for the job, worked out once per request and preemptibility in
+    the queue until a placement or eviction changes what the queues hold (``_placed``,
+    ``_reopen``): it depends on nothing else of the job, and a congested queue asks it of
+    up to ``BACKFILL_TRIES`` jobs behind its blocked head in every cycle."""
+    key = (queue.name, job.request, job.preemptible)
+    if key in s.admissions:
+        return s.admissions[key]
+    reason = s.admissions[key] = admission_reason(s.state, queue, job, s.shares)
+    return reason
+
+
 def _next_queue(s: Session) -> Queue | None:
-    """The first queue in order that still has a job to try (None: the cycle is done).
+    """The first queue in order that still has a job to try (None: the cycle is done),
+    its cursor moved past the jobs it would only skip (``_skip_known``).
 
     Order keys change only when allocations change, so the ranking is redone after each
     placement; in between queues only drop out.
@@ -98,12 +175,16 @@ def _next_queue(s: Session) -> Queue | None:
         )
         s.at = 0
     ranked = s.ranked
-    while s.at < len(ranked) and (
-        ranked[s.at].name in s.done
-        or s.cursor.get(ranked[s.at].name, 0) >= len(ranked[s.at].pending)
-    ):
+    while s.at < len(ranked):
+        queue = ranked[s.at]
+        if queue.name not in s.done:
+            index = s.cursor.get(queue.name, 0)
+            if s.skipping:
+                index = _skip_known(s, queue, index)
+            if index < len(queue.pending):
+                return queue
         s.at += 1
-    return ranked[s.at] if s.at < len(ranked) else None
+    return None
 
 
 def _no_room_left(s: Session, queue: Queue) -> bool:
@@ -132,10 +213,13 @@ def _placed(s: Session, job: Job) -> None:
     s.ranked = []
     s.planned.clear()
     s.free_gpu = None
+    s.skipping.clear()
+    s.admissions.clear()
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
     """The queue's head could not start: it blocks the queue, and says why it waits."""
+    s.skipping.clear()  # skips were judged in another queue, or before this reservation
     if not s.state.config.backfill:
         s.done[queue.name] = None  # first in, first out: the queue waits behind it
         note_reason(job, reason or blocked_reason(s, queue, job, None), s.emit)
@@ -169,7 +253,9 @@ def _requeued(s: Session, victim: Job) -> None:
     s.ranked = []
 
 
-def _score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+def score_for(state: State, queue: Queue, job: Job) -> Callable[[Node, int], tuple[int, str]]:
+    """How the job's pods pick nodes: its own placement strategy, else its queue's, else
+    the policy's (binpack unless spread)."""
     strategy = job.placement or queue.placement or state.config.placement
     return spread_score if strategy == "spread" else binpack_score
 
@@ -197,7 +283,7 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
         return "skipped"
     plan: _Plan | None = None
     with Statement(
-        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+        state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements = None
         if allowed is None and s.reserved_nodes:
@@ -226,7 +312,7 @@ def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
     state = s.state
     allowed = blocked_nodes(state, job, s.reservations)
     with Statement(
-        state.nodes, score=_score_for(state, queue, job), index=state.free_index()
+        state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements, evicted = make_room(s, queue, job, stmt, allowed)
     if placements is None:
@@ -286,3 +372,5 @@ def _reopen(s: Session) -> None:
     s.reservations.clear()
     s.reserved_nodes.clear()
     s.ranked = []
+    s.skipping.clear()
+    s.admissions.clear()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from events.model import PodPlacement
 from scheduler.core.blocked import behind_reason, blocked_reason
-from scheduler.core.placement import Statement, gang_shape
+from scheduler.core.placement import Statement, gang_shape, job_shape, uniform_size
 from scheduler.core.reasons import note_reason
 from scheduler.core.running import NEVER
 from scheduler.core.state import ACTIVE, Job, Queue, State, wake
@@ -144,29 +144,22 @@ def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:
 def _uniform_size(job: Job) -> int | None:
     """The pod size of a plain gang (see ``_reservation_shape``) whose pods are all alike
     and all required, or None."""
-    size = job.pods[0].gpu_milli
-    if size <= 0 or job.min_per_group or job.min_members not in (0, len(job.pods)):
-        return None
-    if any(p.gpu_milli != size or p.group for p in job.pods):
-        return None
-    return size
+    return uniform_size(job)
 
 
 def uniform_gangs(state: State, size: int) -> dict[int, Job]:
     """A pending plain gang of ``size``-milli-GPU pods for each gang size waiting."""
     found: dict[int, Job] = {}
     jobs = state.jobs
+    cache = state.shape_cache
     for leaf in state.leaf_queues():
         for _, _, job_id in leaf.pending:
             job = jobs[job_id]
-            count = len(job.pods)
-            if (
-                count not in found
-                and not job.placements
-                and gang_shape(job, False)
-                and _uniform_size(job) == size
-            ):
-                found[count] = job
+            shape = cache.get(job_id)
+            if shape is None or shape.job is not job:
+                shape = job_shape(cache, job)
+            if shape.uniform == size and not job.placements and len(job.pods) not in found:
+                found[len(job.pods)] = job
     return found
 
 

@@ -100,7 +100,7 @@ def drf(state: State, emit: Emit) -> None:
 def easy(state: State, emit: Emit) -> None:
     """Submission order; one reservation for the first job that does not fit; backfill."""
     reservation: Reservation | None = None
-    failed = FailedShapes()
+    failed = FailedShapes(state.shape_cache)
     running = RunningEnds(state)
     jobs = state.jobs
     for _, _, job_id in sorted(state.pending, key=_seq):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
-from scheduler.core.state import FreeIndex, Job, Node
+from scheduler.core.state import FreeIndex, Job, JobShape, Node
 
 
 def selector_matches(node: Node, selector: dict[str, str]) -> bool:
@@ -141,6 +141,28 @@ def gang_shape(job: Job, restricted: bool) -> tuple[int, int, bool] | None:
             return None
         largest = max(largest, pod.gpu_milli)
     return (largest, job.request[0], restricted)
+
+
+def uniform_size(job: Job) -> int | None:
+    """The pod size of a gang whose pods are all alike and all required, or None."""
+    size = job.pods[0].gpu_milli
+    if size <= 0 or job.min_per_group or job.min_members not in (0, len(job.pods)):
+        return None
+    if any(p.gpu_milli != size or p.group for p in job.pods):
+        return None
+    return size
+
+
+def job_shape(cache: dict[str, JobShape], job: Job) -> JobShape:
+    """The job's ``JobShape``, from ``cache`` (``State.shape_cache``) or worked out there."""
+    hit = cache.get(job.job)
+    if hit is not None and hit.job is job:
+        return hit
+    memo = FailedShapes.shape(job)
+    skip = None if memo is None else (memo, job.request, job.preemptible, job.expected_runtime_ms)
+    uniform = (uniform_size(job) or 0) if gang_shape(job, False) is not None else 0
+    found = cache[job.job] = JobShape(job, memo, skip, uniform)
+    return found
 
 
 def gang_demand(job: Job, fractional: bool) -> list[tuple[int, int]]:
@@ -464,15 +486,21 @@ class FailedShapes:
     for GPUs, by (largest pod, whole gang). Any other job (topology, GPU memory instead of
     a fraction, a multi-pod gang asking for CPU or memory) is always tried. Per kind only
     the smallest failures are kept, none covering another.
+
+    A job's shape depends on its pods alone, so it is worked out once per pending job
+    (``cache``: ``State.shape_cache``) rather than at every look-up: a congested cycle
+    looks up every job behind its queue's blocked head.
     """
 
-    __slots__ = ("failed",)
+    __slots__ = ("cache", "failed")
 
-    def __init__(self) -> None:
-        self.failed: dict[tuple[object, ...], list[Vector]] = {}
+    def __init__(self, cache: dict[str, JobShape] | None = None) -> None:
+        self.failed: dict[object, dict[tuple[object, ...], list[Vector]]] = {}
+        """blocked token -> kind -> the smallest request vectors that failed."""
+        self.cache: dict[str, JobShape] = {} if cache is None else cache
 
     @staticmethod
-    def shape(job: Job, blocked: object) -> tuple[tuple[object, ...], Vector] | None:
+    def shape(job: Job) -> tuple[tuple[object, ...], Vector] | None:
         """(kind, request vector) of a job this memo can judge, or None."""
         if job.topology_key:
             return None
@@ -484,44 +512,57 @@ class FailedShapes:
             if pod.node_selector or pod.tolerations:
                 kind: tuple[object, ...] = (
                     "pod",
-                    blocked,
                     tuple(sorted(pod.node_selector.items())),
                     pod.tolerations,
                 )
             else:
-                kind = ("pod", blocked)
+                kind = ("pod",)
             return kind, (pod.gpu_milli, pod.cpu_milli, pod.memory_mib)
         if job.min_members not in (0, len(pods)) or job.min_per_group:
             return None  # elastic: its fit depends on which pods are required
         shape = gang_shape(job, False)
         if shape is None:
             return None
-        return ("gang", blocked), (shape[0], shape[1])
+        return ("gang",), (shape[0], shape[1])
+
+    def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
+        """``shape(job)``, from the cache."""
+        return job_shape(self.cache, job).memo
 
     def may_fit(self, job: Job, blocked: object = ()) -> bool:
         """False if a job asking no more already failed (the job need not be tried)."""
-        found = self.shape(job, blocked)
+        by_kind = self.failed.get(blocked)
+        if not by_kind:
+            return True
+        found = self.shape_of(job)
         if found is None:
             return True
-        failed = self.failed.get(found[0])
+        failed = by_kind.get(found[0])
         if not failed:
             return True
         vector = found[1]
-        return not any(all(v >= f for v, f in zip(vector, seen, strict=True)) for seen in failed)
+        for seen in failed:
+            for v, f in zip(vector, seen, strict=True):
+                if v < f:
+                    break
+            else:
+                return False
+        return True
 
     def add(self, job: Job, blocked: object = ()) -> None:
         """Remember a job that found no room."""
-        found = self.shape(job, blocked)
+        found = self.shape_of(job)
         if found is None:
             return
         kind, vector = found
+        by_kind = self.failed.setdefault(blocked, {})
         kept = [
             seen
-            for seen in self.failed.get(kind, ())
+            for seen in by_kind.get(kind, ())
             if not all(s >= v for s, v in zip(seen, vector, strict=True))
         ]
         kept.append(vector)
-        self.failed[kind] = kept
+        by_kind[kind] = kept
 
     def clear(self) -> None:
         """Forget every failure (capacity was freed)."""

@@ -19,6 +19,7 @@ from scheduler.core.state import Queue, State
 
 if TYPE_CHECKING:
     from scheduler.core.backfill import Reservation, RunningEnds
+    from scheduler.core.reasons import Reason
     from scheduler.core.victims import Victims
 
 Emit = Callable[[Event], None]
@@ -69,3 +70,14 @@ class Session:
     """Per queue: whether any of its pending jobs asks for no GPU (worked out on demand)."""
     done: dict[str, None] = field(default_factory=dict)
     """Queues with nothing more to try this cycle."""
+    skipping: dict[tuple[object, ...], None] = field(default_factory=dict)
+    """Skip keys (``allocate.skip_key``) of jobs behind the blocked head of the queue being
+    walked that were skipped (``failed``) since the last placement, reservation or
+    eviction: a later job of the same key in that queue is skipped as well."""
+    skipping_queue: str = ""
+    """The queue whose walk ``skipping`` belongs to."""
+    admissions: dict[tuple[str, tuple[int, int, int], bool], Reason | None] = field(
+        default_factory=dict
+    )
+    """``admission_reason`` by (queue, request, preemptible) since the last placement or
+    eviction (``allocate._admission``)."""

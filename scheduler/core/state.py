@@ -211,6 +211,21 @@ class Job:
 
 
 @dataclass(slots=True)
+class JobShape:
+    """What decides a pending job's fit by shape, worked out once per pending job (its pods,
+    request, preemptibility and expected runtime never change; ``placement.job_shape``)."""
+
+    job: Job
+    memo: tuple[tuple[object, ...], tuple[int, ...]] | None
+    """``placement.FailedShapes.shape`` (None: the memo cannot judge the job)."""
+    skip: tuple[object, ...] | None
+    """``memo`` with the request, preemptibility and expected runtime (``allocate.skip_key``)."""
+    uniform: int
+    """The pod size of a plain gang of like pods, all required (``placement.uniform_size``);
+    0: not such a gang."""
+
+
+@dataclass(slots=True)
 class State:
     """Everything the policy needs, folded from the ledger."""
 
@@ -255,6 +270,9 @@ class State:
     kept current by ``apply``, dropped when the queue tree changes)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
+    shape_cache: dict[str, JobShape] = field(default_factory=dict)
+    """Cache: per pending job, what decides its fit by shape (``placement.job_shape``),
+    dropped by ``remove_pending``."""
     stale: dict[str, None] = field(default_factory=dict)
     """Running gangs below their minimum, by when they fell (insertion order)."""
     wakeup: int | None = None
@@ -320,6 +338,7 @@ class State:
         """Take a job out of the pending orders, where it is there."""
         key = job.pending_key
         _remove_sorted(self.pending, key)
+        self.shape_cache.pop(job.job, None)
         queue = self.queues.get(job.queue)
         if (
             queue is not None
