@@ -79,10 +79,13 @@ def _job(name: str) -> bytes:
     return encode_envelope(wrap(event, time.time_ns() // 1_000_000))
 
 
-def _follow_allocations(s: KafkaSettings, seen: dict[str, float], stop: threading.Event) -> None:
+def _follow_allocations(
+    s: KafkaSettings, seen: dict[str, float], stop: threading.Event, ready: threading.Event
+) -> None:
     reader = KafkaReader(s.bootstrap, s.ledger)
     try:
         for _, env in reader.follow(0, poll_s=0.005, stop=stop.is_set):
+            ready.set()
             if env.type == "pods_allocated":
                 seen[env.key] = time.perf_counter()
     finally:
@@ -102,11 +105,18 @@ def latency_and_throughput(
     s = _settings(bootstrap)
     proc = _service(s)
     seen: dict[str, float] = {}
-    stop = threading.Event()
-    follower = threading.Thread(target=_follow_allocations, args=(s, seen, stop), daemon=True)
+    stop, ready = threading.Event(), threading.Event()
+    follower = threading.Thread(
+        target=_follow_allocations, args=(s, seen, stop, ready), daemon=True
+    )
     follower.start()
     try:
         _cluster(s)
+        # The clock starts once the scheduler has taken over and decided the cluster's
+        # records: its start-up (a new process, the group join, the restore) is not part of
+        # the steady rate, and a backlog from it would still be draining after the warm-up.
+        if not ready.wait(120):
+            raise RuntimeError("the scheduler wrote nothing to the ledger in 120 s")
         sent_at: dict[str, float] = {}
         warm_at: dict[str, float] = {}
         offered: list[float] = []

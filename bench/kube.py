@@ -215,7 +215,7 @@ def nodes_left(core: client.CoreV1Api) -> int:
     return len(raw(core.list_node, label_selector=LABEL)["items"])
 
 
-def delete_pods(core: client.CoreV1Api, timeout: float = 120) -> None:
+def delete_pods(core: client.CoreV1Api, timeout: float = 600) -> None:
     """Delete every pod of the bench and wait until the API server has none left."""
     with contextlib.suppress(ApiException):
         core.delete_collection_namespaced_pod(
@@ -586,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         raise
                     continue
                 rows.append({"scheduler": label, **row})
+                print(f"  {json.dumps(rows[-1])}", file=sys.stderr)  # kept if a later run fails
                 delete_pods(core)
                 break
     finally:

@@ -56,9 +56,11 @@ DEFAULT_BOOTSTRAP = os.environ.get("GPULEDGER_KAFKA", "127.0.0.1:19092")
 
 DEFAULT_PREFIX = "gpuledger"
 DEFAULT_DOMAIN = "default"
-COMPRESSION = "gzip"
-"""gzip is in the standard library; lz4/zstd would add a native dependency for little gain
-at the ledger's record sizes."""
+COMPRESSION: str | None = None
+"""Producers send uncompressed batches: gzip costs CPU three times on the intake →
+decision path (the producer, the broker validating each batch, the consumer), which on a
+machine the broker shares is latency; lz4/zstd would add a native dependency. A topic's
+``compression.type`` makes the broker compress what it stores, if disk matters more."""
 SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024
 """Largest snapshot record (before compression): the state of a million-event ledger
 with every finished job kept is ~70 MB of msgpack."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -302,6 +303,12 @@ class ServiceConfig:
     """Address the Prometheus endpoint listens on (``0.0.0.0`` inside a container)."""
     max_skew_ms: int = 60_000
     """An intake record stamped further ahead of the scheduler's clock is dead-lettered."""
+    heap_every: int = 2000
+    """Intake records between two tidyings of the heap (``SchedulerService._tidy_heap``):
+    a collection of what was allocated since the last one, after which the survivors are
+    frozen out of the garbage collector's sight."""
+    heap_full_every_s: float = 600.0
+    """Seconds between full collections of the whole heap, frozen part included."""
     offsets_every_ms: int = 1000
     """Commit the intake position to the consumer group in at most one transaction per this
     many ms. Two of a transaction's broker round trips go to it, and nothing of the service
@@ -348,6 +355,10 @@ class SchedulerService:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._offsets_at = 0.0
         """``time.monotonic()`` of the last transaction that committed the group offset."""
+        self._since_tidy = 0
+        """Intake records since the heap was last tidied."""
+        self._full_gc_at = 0.0
+        """``time.monotonic()`` of the last full collection."""
         self._txn_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the revocation check."""
         self.fenced: Fenced | None = None
@@ -432,6 +443,12 @@ class SchedulerService:
         self.records_since_snapshot = 0
         self._offsets_at = 0.0
         self._consumer.seek(self.tp, self.intake_next)
+        # The restored state is frozen as it is (a collection here would walk all of it
+        # on every start); what the restore left as cyclic garbage waits for the next
+        # full collection (``_tidy_heap``).
+        gc.freeze()
+        self._full_gc_at = time.monotonic()
+        self._since_tidy = 0
         self.active = True
         log.warning(
             "domain %s: active after %.2fs; ledger at %d, intake at %d",
@@ -573,6 +590,9 @@ class SchedulerService:
             return  # the transaction failed and the service stood down to restore
         self.intake_next = intake_next
         self._maybe_snapshot()
+        self._since_tidy += len(msgs)
+        if self._since_tidy >= self.config.heap_every:
+            self._tidy_heap()
         self.metrics.accepted += result.accepted
         self.metrics.transactions += 1
         for dl in dead:
@@ -647,6 +667,24 @@ class SchedulerService:
                 raise self.fenced from exc
             self.active = False
             await self._step_down()
+
+    def _tidy_heap(self) -> None:
+        """Collect what is new on the heap and freeze the survivors (``gc.freeze``).
+
+        The state grows with the cluster (every job and pod is a few objects) and Python's
+        full collections walk all of it, every time the heap has grown by a quarter: a
+        stall of every decision behind it that grows with the cluster. Between two
+        micro-batches, after their commit, this collects only the objects allocated since
+        the last call (frozen ones are not walked) and freezes what survives, so automatic
+        collections stay small. Cyclic garbage among frozen objects waits for the full
+        collection made every ``heap_full_every_s``."""
+        now = time.monotonic()
+        if now - self._full_gc_at >= self.config.heap_full_every_s:
+            gc.unfreeze()
+            self._full_gc_at = now
+        gc.collect()
+        gc.freeze()
+        self._since_tidy = 0
 
     def _maybe_snapshot(self) -> None:
         """Start writing a snapshot if ``snapshot_every`` records have been committed since

@@ -48,9 +48,12 @@ class FakeCore:
             self.done.append((what, pod))
         return _Answer()
 
-    def create_namespaced_pod_binding(self, name: str, ns: str, body: Any, **_: Any) -> _Answer:
-        time.sleep(0.3 if name in self.slow else 0.01)
-        return self._record("bind", name)
+    def post(self, path: str, body: Any) -> None:
+        """The binder's ``Poster``: bindings and Events."""
+        if path.endswith("/binding"):
+            name = body["metadata"]["name"]
+            time.sleep(0.3 if name in self.slow else 0.01)
+            self._record("bind", name)
 
     def create_namespaced_pod_eviction(self, name: str, ns: str, body: Any, **_: Any) -> _Answer:
         return self._record("evict", name)
@@ -93,6 +96,7 @@ def test_overlapping_cycles_land_in_ledger_order_and_evictions_wait(tmp_path: Pa
     fake = FakeCore(slow={"j0", "j1"})
     binder = Binder(client.ApiClient(client.Configuration()), str(ledger_dir), str(intake))
     binder.core = fake  # type: ignore[assignment]  # the fake answers the calls made
+    binder.post = fake.post
     try:
         binder.run(lambda: binder.next >= end, poll_s=0.01)
     finally:

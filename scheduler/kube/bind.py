@@ -68,7 +68,17 @@ from events.model import (
     PodsAllocated,
 )
 from scheduler.kube import mapping as m
-from scheduler.kube.client import emit_event, error_text, is_transient, raw, send
+from scheduler.kube.client import (
+    Poster,
+    binding_path,
+    emit_event,
+    error_text,
+    event_body,
+    events_path,
+    is_transient,
+    raw,
+    send,
+)
 from scheduler.kube.retry import Backoff, retry
 from scheduler.kube.transport import IntakeSink, LedgerFeed, open_feed, open_sink
 
@@ -120,6 +130,8 @@ class Binder:
         """Open the ledger feed and the intake sink (directories: ``INTAKE/binder/``, taking
         its writer lock; or ``kafka://`` deployments) and find where to resume."""
         self.core = client.CoreV1Api(api)
+        self.post: Callable[[str, Any], None] = Poster(api)
+        """The per-pod calls (bindings, Scheduled Events) go straight to the pool."""
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.feed = ledger if isinstance(ledger, LedgerFeed) else open_feed(ledger)
@@ -213,7 +225,7 @@ class Binder:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": p.node},
             }
             try:
-                send(self.core.create_namespaced_pod_binding, p.pod, ns, body)
+                self.post(binding_path(ns, p.pod), body)
             except ApiException as exc:
                 if exc.status == 404:
                     return failed("pod gone")
@@ -238,19 +250,25 @@ class Binder:
                 raise
             log.info("bound %s/%s to %s (GPU slots %s), job %s", ns, p.pod, p.node, slots, job)
             self.event_pool.submit(
-                emit_event,
-                self.core,
-                (ns, p.pod, ""),
-                "Scheduled",
+                self._scheduled_event,
+                ns,
+                p.pod,
                 f"gpuledger assigned {ns}/{p.pod} to {p.node}"
                 + (f" (GPU slots {slots})" if slots else "")
                 + f", job {job}",
-                component=COMPONENT,
             )
             return PodBound(job=job, pod=p.pod, node=p.node)
 
         result = self._retry(f"bind {ns}/{p.pod}", attempt)
         return failed(result) if isinstance(result, str) else result
+
+    def _scheduled_event(self, ns: str, pod: str, message: str) -> None:
+        """The ``Scheduled`` Event of a bound pod (a courtesy: failures are logged only)."""
+        event_ns, body = event_body((ns, pod, ""), "Scheduled", message, component=COMPONENT)
+        try:
+            self.post(events_path(event_ns), body)
+        except Exception:
+            log.warning("could not create Scheduled event on %s/%s", ns, pod, exc_info=True)
 
     def evict(self, job: str, pod: str, node: str) -> Event:
         """Evict one pod through the Eviction API; PodEvicted (also when already gone) or

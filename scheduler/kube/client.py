@@ -13,7 +13,9 @@ import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
+import msgspec
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -88,6 +90,63 @@ def send(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     resp.release_conn()
 
 
+_json = msgspec.json.Encoder()
+
+
+class Poster:
+    """POSTs JSON bodies through an ApiClient's connection pool, past its generated layer.
+
+    For the binder's per-pod calls (a ``pods/binding``, an Event): the generated method
+    validates its arguments with pydantic and serialises the body with the json module on
+    every call; on a machine shared with the API server, CPU the binder spends is taken
+    from the API server. Authentication is the client's (its pool carries any client
+    certificate; ``auth_settings`` any refreshed token)."""
+
+    def __init__(self, api: client.ApiClient, *, timeout_s: float = 30.0) -> None:
+        """Post through ``api``'s pool, each request bounded by ``timeout_s``."""
+        self.api = api
+        self.timeout = urllib3.Timeout(total=timeout_s)
+
+    def __call__(self, path: str, body: Obj) -> None:
+        """POST ``body`` to ``path`` (already quoted) and read the answer; ``ApiException``
+        for a status outside 2xx, as the generated methods raise."""
+        cfg = self.api.configuration
+        headers = {
+            **self.api.default_headers,
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        for auth in cfg.auth_settings().values():
+            if auth["in"] == "header" and auth["value"]:
+                headers[auth["key"]] = auth["value"]
+        resp = self.api.rest_client.pool_manager.request(
+            "POST",
+            cfg.host + path,
+            body=_json.encode(body),
+            headers=headers,
+            timeout=self.timeout,
+            preload_content=False,
+        )
+        try:
+            data = resp.read()
+        finally:
+            resp.release_conn()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(
+                status=resp.status, reason=resp.reason, body=data.decode(errors="replace")
+            )
+
+
+def binding_path(namespace: str, name: str) -> str:
+    """The ``pods/binding`` subresource of a pod."""
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+
+
+def events_path(namespace: str) -> str:
+    """Where a namespace's core/v1 Events are created."""
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
+
+
 def watch(
     call: Callable[..., Any], resource_version: str, *, timeout_s: int = 60, **kwargs: Any
 ) -> Iterator[Obj]:
@@ -148,6 +207,31 @@ def emit_event(
     ``pod`` is the object's JSON or ``(namespace, name, uid)``. Failures are logged, not raised:
     an Event is a courtesy to people and must never stop a decision from being carried out.
     """
+    ns, body = event_body(pod, reason, message, component=component, warning=warning,
+                          kind=kind, api_version=api_version)  # fmt: skip
+    try:
+        send(core.create_namespaced_event, ns, body)
+    except Exception:  # courtesy only, see above
+        log.warning(
+            "could not create %s event on %s/%s",
+            reason,
+            ns,
+            body["involvedObject"]["name"],
+            exc_info=True,
+        )
+
+
+def event_body(
+    pod: Obj | tuple[str, str, str],
+    reason: str,
+    message: str,
+    *,
+    component: str,
+    warning: bool = False,
+    kind: str = "Pod",
+    api_version: str = "v1",
+) -> tuple[str, Obj]:
+    """The namespace and body of ``emit_event``'s Event."""
     if isinstance(pod, tuple):
         ns, name, uid = pod
     else:
@@ -175,7 +259,4 @@ def emit_event(
         "lastTimestamp": stamp,
         "count": 1,
     }
-    try:
-        send(core.create_namespaced_event, ns, body)
-    except Exception:  # courtesy only, see above
-        log.warning("could not create %s event on %s/%s", reason, ns, name, exc_info=True)
+    return ns, body

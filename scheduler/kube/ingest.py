@@ -355,7 +355,7 @@ class Ingestor:
         return {
             "pods_rv": self.pods_rv,
             "gangs": self.gangs,
-            "uids": {u: list(jp) for u, jp in sorted(self.uids.items())},
+            "uids": self.uids,  # the sink copies it (sorted, tuples as lists)
         }
 
     def _read_owner(self, ns: str, owner: m.Owner) -> Obj:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
@@ -93,8 +94,9 @@ class SinkFenced(RuntimeError):  # noqa: N818  # names the condition, like aioka
 
 
 def _copy(position: Position) -> Position:
-    """A deep, JSON-clean copy (callers pass live, mutable state)."""
-    copied: Position = json.loads(json.dumps(position, sort_keys=True))
+    """A deep, JSON-clean copy (callers pass live, mutable state; msgspec: see
+    ``write_json_atomic``)."""
+    copied: Position = msgspec.json.decode(msgspec.json.encode(position, order="sorted"))
     return copied
 
 
@@ -359,9 +361,9 @@ class KafkaIntakeSink(IntakeSink):
             return  # nothing new to say
         values = envelope_bytes(envelopes)
         head = (self._head[0] + 1, self.instance)
-        value = json.dumps(
-            {"seq": head[0], "instance": head[1], "position": position}, sort_keys=True
-        ).encode()
+        value = msgspec.json.encode(
+            {"seq": head[0], "instance": head[1], "position": position}, order="sorted"
+        )
         fenced = f"{self.name}: fenced by a newer instance ({self.transactional_id})"
         tries = 0
 
