@@ -126,6 +126,28 @@ def test_small_jobs_behind_hundreds_of_blocked_ones_still_fill_the_gap() -> None
     assert run_checked(cluster, queues, workload) > 0
 
 
+def test_jobs_held_back_by_quota_do_not_use_up_the_backfill_tries() -> None:
+    """Queue ``ls`` deserves 2 of 8 GPUs and its non-preemptible work holds them. Its head
+    and the 100 jobs behind it each ask for a GPU beyond that quota (each a different
+    request, so no two are passed over as alike), then a CPU-only job comes that the quota
+    rule does not hold and 6 idle GPUs' worth of node fits: it starts, although more than
+    ``BACKFILL_TRIES`` jobs stand before it."""
+    cluster = ClusterFile(nodes=[NodeGroup(name="n", count=1, gpus=8, cpu=64, memory_gib=256)])
+    queues = QueuesFile(
+        queues=[QueueSpec(name="ls", deserved_gpus=2), QueueSpec(name="batch", deserved_gpus=6)]
+    )
+    infer = {"priority_class": "inference", "runtime_s": 3600}
+    jobs = [JobSpec(name=f"svc{i}", queue="ls", at_s=0, **infer) for i in range(2)]
+    jobs += [
+        JobSpec(name=f"held{i:03d}", queue="ls", at_s=10, cpu_per_pod=1 + i / 1000, **infer)
+        for i in range(101)
+    ]
+    jobs.append(
+        JobSpec(name="cpu-only", queue="ls", at_s=20, gpus_per_pod=0, cpu_per_pod=4, **infer)
+    )
+    assert run_checked(cluster, queues, WorkloadFile(jobs=jobs, horizon_s=600)) > 0
+
+
 def _one_then_two(placement: str) -> State:
     """Nodes a and b of 2 GPUs, one of a's taken; pending, a gang of a 1-GPU pod then a
     2-GPU pod, placed by ``placement``."""

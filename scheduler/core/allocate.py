@@ -68,10 +68,12 @@ def allocate(state: State, emit: Emit) -> None:
         s.cursor[queue.name] = index + 1
         if head:
             _blocked(s, queue, job, reason)
-        elif tried == "failed":
-            # behind a blocked head only plain placements into the gap
-            missed(s, queue, job if reason is None else None)
+        elif tried == "failed" and reason is None:
+            missed(s, queue, job)  # behind a blocked head: a placement into the gap failed
         elif queue.name in s.blocked:
+            # Held back by its queue's limit or quota, or ruled out by the memo of failed
+            # shapes: nothing was tried, so it is no backfill try (a queue's rules must not
+            # use up the tries that a job its rules admit would have had).
             _skipped(s, queue, job)
     for r in s.reservations:
         for node in r.nodes:

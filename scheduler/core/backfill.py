@@ -55,11 +55,10 @@ class RunningEnds:
         return self.state.running_index().ends(self.state, gpus_only)
 
 
-def missed(s: Session, queue: Queue, job: Job | None) -> None:
-    """A job behind the queue's blocked head found no room in the gap (``job``: it was
-    tried there, and says so; None: admission held it back, and it keeps its reason):
-    after ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
-    if job is not None and queue.name in s.blocked:
+def missed(s: Session, queue: Queue, job: Job) -> None:
+    """A job behind the queue's blocked head was tried in the gap and found no room, and
+    says so: after ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
+    if queue.name in s.blocked:
         head = s.heads[queue.name]
         reserved = any(r.job == head for r in s.reservations)
         note_reason(job, behind_reason(queue, head, reserved), s.emit)

@@ -35,7 +35,7 @@ from scheduler.core.session import Emit
 from scheduler.core.stale import evict_stale_gangs
 from scheduler.core.state import ACTIVE, State
 
-REVISION = 7
+REVISION = 8
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 POLICIES = ("gpuledger", "drf", "fifo", "easy")
