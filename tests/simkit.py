@@ -8,9 +8,6 @@ from replay import examples
 from replay.config import ClusterFile, QueuesFile, WorkloadFile
 from replay.sim import SimResult, Simulation
 
-EXAMPLES = "replay/examples"
-
-
 ListLedger = MemoryLedger
 
 

@@ -1531,15 +1531,15 @@ BACKFILL = [
         backfill=True,
     ),
     case(
-        # capped's head (first: within its quota) waits for its queue's limit, not for
-        # capacity: it reserves nothing, so other's job takes n2 without backfilling
+        # capped's head waits for its queue's limit (since t=2), not for capacity: it
+        # reserves nothing (its reason stays the limit's) and other's job takes n2
         "a-head-held-back-by-a-limit-reserves-nothing",
         (node("n1"), node("n2"), queue("capped", deserved=16, limit=16), queue("other")),
         (0, job("held", "capped", gpus=8, runtime_s=1000)),
         (1, started("held")),
         (2, job("next", "capped", pods=2, gpus=8)),
         (10, job("late", "other", gpus=8)),
-        then={"allocated": {"late": {"late-0": "n2"}}, "backfilled": {"late": ""}},
+        then={"allocated": {"late": {"late-0": "n2"}}, "backfilled": {"late": ""}, "reasons": {}},
         backfill=True,
     ),
     case(
