@@ -518,6 +518,53 @@ ADMISSION = [
         then={"preempted": [("big", "preempt", "hi")], "placed": ["hi"], "gpus": {"org": 8}},
     ),
     case(
+        # a may hold 8 and holds x (4 GPUs, on n1) and y (2, on n2); hi (4) is pinned to
+        # free n3, so 4 must go. y, the cheaper, is evicted first but frees too little;
+        # with x evicted too, y is given back: x alone brings a within its limit
+        "a-limit-s-victims-are-no-more-than-the-limit-needs",
+        (
+            node("n1", host="n1"),
+            node("n2", host="n2"),
+            node("n3", host="n3"),
+            queue("a", deserved=8, limit=8),
+        ),
+        (
+            0,
+            job("x", "a", gpus=4, selector={"host": "n1"}),
+            job("z", "a", gpus=2, selector={"host": "n2"}, cls="build-preemptible"),
+        ),
+        (1, started("x"), started("z")),
+        (5, job("y", "a", gpus=2, selector={"host": "n2"})),
+        (6, started("y")),
+        (20, job("hi", "a", gpus=4, cls="build-preemptible", selector={"host": "n3"})),
+        then={
+            "preempted": [("x", "preempt", "hi")],
+            "allocated": {"hi": {"hi-0": "n3"}},
+            "gpus": {"a": 8},
+        },
+    ),
+    case(
+        # hi (4) needs all of n2, where y holds 2; a must shed 4 for its limit. y is
+        # evicted first and frees too little, x then frees enough: both are kept, y for
+        # the placement and x for the limit
+        "a-limit-s-victims-and-the-placement-s-are-both-kept",
+        (node("n1", host="n1"), node("n2", gpus=4, host="n2"), queue("a", deserved=8, limit=8)),
+        (
+            0,
+            job("x", "a", gpus=4, selector={"host": "n1"}),
+            job("z", "a", gpus=2, selector={"host": "n1"}, cls="build-preemptible"),
+        ),
+        (1, started("x"), started("z")),
+        (5, job("y", "a", gpus=2, selector={"host": "n2"})),
+        (6, started("y")),
+        (20, job("hi", "a", gpus=4, cls="build-preemptible", selector={"host": "n2"})),
+        then={
+            "preempted": [("y", "preempt", "hi"), ("x", "preempt", "hi")],
+            "allocated": {"hi": {"hi-0": "n2"}},
+            "gpus": {"a": 6},
+        },
+    ),
+    case(
         # peer has hi's priority: only low may go, and it frees 4 of the 8 needed
         "at-its-limit-a-queue-waits-when-lower-priority-jobs-cannot-free-enough",
         _AT_LIMIT,
@@ -1142,6 +1189,15 @@ RECLAIM_PER_RESOURCE = [
         (1, started("b1"), started("b2")),
         (10, job("a1", "a", gpus=0, cpu=4000)),
         then={"preempted": [("b2", "reclaim", "a1")], "placed": ["a1"]},
+    ),
+    case(
+        # the same on a node with no GPUs: the victims kept are judged by cores alone
+        "a-cpu-only-job-reclaims-cpu-on-a-node-without-gpus",
+        (node("c1", gpus=0, cpu=8000), queue("a"), queue("b")),
+        (0, job("b1", "b", gpus=0, cpu=4000), job("b2", "b", gpus=0, cpu=4000)),
+        (1, started("b1"), started("b2")),
+        (10, job("a1", "a", gpus=0, cpu=4000)),
+        then={"preempted": [("b2", "reclaim", "a1")], "allocated": {"a1": {"a1-0": "c1"}}},
     ),
     case(
         # bc frees no GPU and b holds exactly its deserved 8 cores: no victim, and
