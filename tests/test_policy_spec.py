@@ -9,7 +9,8 @@ the core decides in the last cycle (``then``). ``then`` names only what the case
 - ``allocated``: job -> {pod: node} of those allocations;
 - ``devices``: job -> [(device, milli-GPU)] of each allocation's first pod;
 - ``backfilled``: job -> the reservation it was backfilled under ("" for none);
-- ``preempted``: [(victim, rule, preemptor)] in decision order;
+- ``preempted``: [(victim, rule, preemptor)] in decision order; ``preemptions``: the
+  ``job_preempted`` decisions whole (lost work, checkpoint, queues);
 - ``reasons``: job -> (reason, final) of the ``job_unschedulable`` decisions;
 - ``status``: job -> status after the cycle; ``gpus``: queue -> GPUs allocated;
 - ``fair`` / ``deserved``: queue -> GPU fair share / deserved quota in milli-GPUs.
@@ -105,6 +106,8 @@ def observe(w: World, got: list[Event], then: dict[str, Any]) -> dict[str, Any]:
                 out[key] = [
                     (d.job, d.rule, d.preemptor) for d in got if isinstance(d, JobPreempted)
                 ]
+            case "preemptions":
+                out[key] = [d for d in got if isinstance(d, JobPreempted)]
             case "reasons":
                 out[key] = {
                     d.job: (d.reason, d.final) for d in got if isinstance(d, JobUnschedulable)
@@ -913,7 +916,18 @@ RECLAIM = [
         *_A_RUNS_TWO,
         (1000, job("b1", "b", gpus=8)),
         then={
-            "preempted": [("a1", "reclaim", "b1")],
+            "preemptions": [
+                JobPreempted(
+                    job="a1",
+                    queue="a",
+                    pods=("a1-0",),
+                    preemptor="b1",
+                    preemptor_queue="b",
+                    rule="reclaim",
+                    lost_gpu_ms=390_000 * 8,
+                    checkpointed_ms=600_000,
+                )
+            ],
             "allocated": {"b1": {"b1-0": "n1"}},
             "status": {"a1": "pending"},
             "gpus": {"a": 8, "b": 8},
