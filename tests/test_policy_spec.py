@@ -1267,19 +1267,21 @@ _B_RECLAIMS_BACK = (
 
 VICTIM_LIMITS = [
     case(
+        # started at 500 s, 200 s ago
         "reclaim-min-runtime-protects-a-young-job",
         _RECLAIM_AFTER_600,
         (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
-        (1, started("a1"), started("a2")),
-        (100, job("b1", "b", gpus=8)),
+        (500, started("a1"), started("a2")),
+        (700, job("b1", "b", gpus=8)),
         then={"preempted": []},
     ),
     case(
+        # started exactly 600 s ago
         "reclaim-min-runtime-lets-an-older-job-go",
         _RECLAIM_AFTER_600,
         (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
         (1, started("a1"), started("a2")),
-        (700, job("b1", "b", gpus=8)),
+        (601, job("b1", "b", gpus=8)),
         then={"preempted": [("a2", "reclaim", "b1")]},
     ),
     case(
@@ -1308,7 +1310,7 @@ VICTIM_LIMITS = [
         "a-job-that-started-by-reclaim-may-be-reclaimed-after-the-hysteresis",
         *_B_RECLAIMS_BACK,
         # (the end of a hysteresis schedules no cycle: a new job asks for one)
-        (620, job("b9", "b", gpus=1)),
+        (610, job("b9", "b", gpus=1)),  # exactly 600 s after a1 reclaimed
         then={"preempted": [("a1", "reclaim", "b2")], "placed": ["b2", "b3"]},
         reclaim_hysteresis_ms=600_000,
     ),
@@ -1589,6 +1591,44 @@ BACKFILL = [
         then={"preempted": [("filler", "backfill", "gang")], "placed": ["gang"]},
         backfill=True,
         lost_work_ratio_milli=1000,
+    ),
+    case(
+        # b is within its deserved quota: quota is a guarantee, taken back whatever the
+        # work lost (b1 has waited no time, so its budget is 0)
+        "reclaim-within-the-deserved-quota-is-not-bounded-by-the-lost-work-budget",
+        _TWO_QUEUES,
+        *_A_RUNS_TWO,
+        (1000, job("b1", "b", gpus=8)),
+        then={"preempted": [("a1", "reclaim", "b1")]},
+        lost_work_ratio_milli=100,
+    ),
+    case(
+        # no quotas: b reclaims by fair share, beyond its quota of 0, so the budget holds
+        "reclaim-beyond-the-deserved-quota-is-bounded-by-the-lost-work-budget",
+        (node("n1"), node("n2"), queue("a"), queue("b")),
+        (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
+        (1, started("a1"), started("a2")),
+        (100, job("b1", "b", gpus=8)),
+        then={"preempted": [], "placed": []},
+        lost_work_ratio_milli=100,
+    ),
+    case(
+        "the-same-reclaim-without-a-budget",
+        (node("n1"), node("n2"), queue("a"), queue("b")),
+        (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
+        (1, started("a1"), started("a2")),
+        (100, job("b1", "b", gpus=8)),
+        then={"preempted": [("a2", "reclaim", "b1")], "placed": ["b1"]},
+    ),
+    case(
+        # strictly higher priority is a promise: preempt is not bounded
+        "preempt-is-not-bounded-by-the-lost-work-budget",
+        (node("n1"), queue("a", deserved=8)),
+        (0, job("low", "a", gpus=8)),
+        (1, started("low")),
+        (100, job("hi", "a", gpus=8, cls="build-preemptible")),
+        then={"preempted": [("low", "preempt", "hi")]},
+        lost_work_ratio_milli=100,
     ),
     case(
         "a-preemptible-job-that-fits-off-the-reserved-nodes-goes-there",
