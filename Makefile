@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
-.PHONY: demo test lint typecheck unit wheel-check bench fuzz clean venv kafka-up kafka-down k8s-up k8s-down browsers helm
+.PHONY: demo test lint typecheck unit wheel-check bench fuzz mutate clean venv kafka-up kafka-down k8s-up k8s-down browsers helm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,16 @@ fuzz: $(STAMP)
 	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
 	  $(PY) -m tests.fuzz.atheris_targets $$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1; \
 	done
+
+# Mutation testing of the policy core (mutmut, [tool.mutmut] in pyproject.toml): each mutant
+# of scheduler/core runs the pure-core tests that cover it. MUTANTS narrows the run to mutant
+# name globs (e.g. 'scheduler.core.victims*'); work and results are kept in mutants/
+# (git-ignored), so a second run resumes (docs/operations.md).
+MUTANTS ?=
+MUTATE_JOBS ?= 2
+mutate: $(STAMP)
+	nice -n 19 $(VENV)/bin/mutmut run --max-children $(MUTATE_JOBS) $(MUTANTS)
+	$(VENV)/bin/mutmut results
 
 # A single-node Kafka (KRaft) on 127.0.0.1:19092 for the live path and its tests; jars are
 # cached in ~/.cache/gpuledger, data and logs live in /tmp/gpuledger-kafka (docs/operations.md).

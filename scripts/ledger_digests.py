@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from events.codec import encode_envelope
 from events.memlog import MemoryLedger
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, parse
-from replay.examples import EXAMPLES
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
+from replay.examples import EXAMPLES, simulate
 from replay.sim import Simulation
 from scheduler.core import POLICIES
 
@@ -44,15 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     for policy in POLICIES:
         for name in sorted(EXAMPLES):
-            example = EXAMPLES[name]
             ledger = MemoryLedger()
-            Simulation(
-                load(example.path("cluster"), ClusterFile),
-                load(example.path("queues"), QueuesFile),
-                load(example.path("workload"), WorkloadFile),
-                policy,
-                ledger,
-            ).run()
+            simulate(name, policy, ledger)
             print(f"{policy:10} {name:12} {digest(ledger)}", flush=True)
     if args.month:
         from bench.__main__ import MONTH_CLUSTER, MONTH_QUEUES, MONTH_WORKLOAD  # noqa: PLC0415

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from events.memlog import MemoryLedger
 from events.model import PolicyConfigured
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
+from replay import examples
+from replay.config import ClusterFile, QueuesFile, WorkloadFile
 from replay.sim import SimResult, Simulation
-
-EXAMPLES = "replay/examples"
-
 
 ListLedger = MemoryLedger
 
 
 def demo_inputs() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
-    return (
-        load(f"{EXAMPLES}/demo-cluster.yaml", ClusterFile),
-        load(f"{EXAMPLES}/demo-queues.yaml", QueuesFile),
-        load(f"{EXAMPLES}/demo-workload.yaml", WorkloadFile),
-    )
+    return examples.EXAMPLES["demo"].inputs()
 
 
 def simulate(

@@ -34,8 +34,7 @@ from events.model import (
     Resources,
 )
 from projections.projector import project
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
-from replay.examples import EXAMPLES
+from replay.examples import EXAMPLES, simulate
 from replay.metrics import LedgerMetrics, collect, percentile
 from replay.sim import Simulation
 from replay.traces import import_nodes, import_trace
@@ -204,15 +203,8 @@ def test_a_gang_re_placed_after_its_node_is_removed_is_not_done_until_it_finishe
 def test_every_example_projects_the_figures_compare_reports(
     name: str, policy: str, tmp_path: Path
 ) -> None:
-    example = EXAMPLES[name]
     ledger = MemoryLedger()
-    Simulation(
-        load(example.path("cluster"), ClusterFile),
-        load(example.path("queues"), QueuesFile),
-        load(example.path("workload"), WorkloadFile),
-        policy,
-        ledger,
-    ).run()
+    simulate(name, policy, ledger)
     records = list(ledger.read(0))
     assert_projection_agrees(records, tmp_path, batch_size=997)
 

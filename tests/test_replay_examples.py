@@ -7,8 +7,8 @@ import pytest
 
 from bench.__main__ import MONTH_CLUSTER, MONTH_QUEUES, MONTH_WORKLOAD, fold
 from events.memlog import MemoryLedger
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, parse
-from replay.examples import EXAMPLES
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
+from replay.examples import EXAMPLES, simulate
 from replay.sim import Simulation
 from replay.verify import run as replay
 from scheduler.core import State
@@ -18,15 +18,8 @@ from scheduler.snapshot import decode_snapshot, encode_snapshot, state_bytes, st
 @pytest.mark.parametrize("policy", ["gpuledger", "fifo", "drf", "easy"])
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_every_example_replays_with_zero_mismatches(name: str, policy: str) -> None:
-    example = EXAMPLES[name]
     ledger = MemoryLedger()
-    Simulation(
-        load(example.path("cluster"), ClusterFile),
-        load(example.path("queues"), QueuesFile),
-        load(example.path("workload"), WorkloadFile),
-        policy,
-        ledger,
-    ).run()
+    simulate(name, policy, ledger)
     result = replay(ledger)
     assert result.ok, result.mismatch and result.mismatch.diff()
     assert result.decisions > 0

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from events.model import PolicyConfigured
+from events.port import LedgerWriter
+from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
+from replay.sim import SimResult, Simulation
+
 HERE = Path(__file__).parent
 
 
@@ -19,6 +24,14 @@ class Example:
     def path(self, kind: str) -> Path:
         """``cluster``, ``queues`` or ``workload`` file of the example."""
         return HERE / f"{self.name}-{kind}.yaml"
+
+    def inputs(self) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+        """The example's cluster, queues and workload, loaded."""
+        return (
+            load(self.path("cluster"), ClusterFile),
+            load(self.path("queues"), QueuesFile),
+            load(self.path("workload"), WorkloadFile),
+        )
 
 
 EXAMPLES: dict[str, Example] = {
@@ -55,3 +68,10 @@ EXAMPLES: dict[str, Example] = {
         ),
     )
 }
+
+
+def simulate(name: str, policy: str | PolicyConfigured, ledger: LedgerWriter) -> SimResult:
+    """Run the example ``name`` through the simulator under ``policy``, writing its ledger
+    to ``ledger``: the one way the digests, the replay tests and the projection tests
+    build an example's ledger."""
+    return Simulation(*EXAMPLES[name].inputs(), policy, ledger).run()
