@@ -27,7 +27,7 @@ from replay.config import (
     policy_event,
     queue_events,
 )
-from scheduler.core.policy import POLICIES
+from scheduler.core.policy import KAI_KNOBS, POLICIES, kai_knobs
 
 EXAMPLES = Path(__file__).parent / "examples"
 
@@ -351,7 +351,7 @@ def _whatif(args: argparse.Namespace) -> int:
             knobs = load(args.policy, PolicyFile)
             policy = policy_event(args.policy_name or recorded.policy, knobs)
         elif args.policy_name:
-            policy = msgspec.structs.replace(recorded, policy=args.policy_name)
+            policy = _renamed(recorded, args.policy_name)
         else:
             policy = recorded
         if args.queues:
@@ -394,6 +394,18 @@ def _whatif(args: argparse.Namespace) -> int:
     (out / "whatif.txt").write_text(table + "\n")
     print(f"\nnew ledger: {out / 'ledger'}; report: {out / 'whatif.json'}")
     return 0
+
+
+def _renamed(recorded: PolicyConfigured, name: str) -> PolicyConfigured:
+    """The recorded policy under another name, as a what-if: ``kai`` puts KAI-Scheduler's
+    knobs in force; leaving ``kai`` puts that policy's own defaults back for them."""
+    if name == "kai":
+        return kai_knobs(recorded)
+    policy = msgspec.structs.replace(recorded, policy=name)
+    if recorded.policy == "kai":
+        own = policy_event(name)
+        policy = msgspec.structs.replace(policy, **{k: getattr(own, k) for k in KAI_KNOBS})
+    return policy
 
 
 def _whatif_table(rows: list[dict[str, Any]]) -> str:

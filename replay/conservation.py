@@ -23,7 +23,7 @@ from scheduler.core.admission import admission_reason
 from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.placement import FailedShapes, Statement
 from scheduler.core.running import NEVER
-from scheduler.core.state import Job, State
+from scheduler.core.state import GANG_POLICIES, Job, State
 
 MINUTE_MS = 60_000
 
@@ -80,7 +80,7 @@ def _fitting_job_waits(state: State) -> tuple[bool, int, bool]:
         n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
     )
     failed = FailedShapes()
-    shares = fair_shares(state) if state.policy == "gpuledger" else None
+    shares = fair_shares(state) if state.policy in GANG_POLICIES else None
     held_only = True
     found = False
     jobs = state.jobs

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
-from scheduler.core.admission import admission_reason, limited, queue_order, quota_reason
+from scheduler.core.admission import (
+    admission_reason,
+    kai_ranked,
+    limited,
+    queue_order,
+    quota_reason,
+)
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
@@ -91,9 +97,12 @@ def _next_queue(s: Session) -> Queue | None:
     """
     if not s.ranked:
         jobs = s.state.jobs
-        s.ranked = sorted(
-            (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
-        )
+        if s.state.config.queue_order == "kai":
+            s.ranked = kai_ranked(s.state, [q for q in s.leaves if q.pending], s.shares)
+        else:
+            s.ranked = sorted(
+                (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
+            )
         s.at = 0
     ranked = s.ranked
     while s.at < len(ranked) and (
@@ -141,6 +150,9 @@ def _blocked(s: Session, queue: Queue, job: Job, reason: str | None) -> None:
     s.blocked[queue.name] = None
     if reason is not None:
         note_reason(job, reason, s.emit)  # held back by a limit or quota: reserves nothing
+        return
+    if not s.state.config.reservations:
+        note_reason(job, capacity_reason(s.state, job), s.emit)  # KAI's: nothing held for it
         return
     reserve(s, job)
 

@@ -203,6 +203,10 @@ class Job:
         return (-self.priority, self.seq, self.job)
 
 
+GANG_POLICIES = ("gpuledger", "kai")
+"""The policies that run the hierarchical gang policy (``kai`` with KAI-Scheduler's knobs)."""
+
+
 @dataclass(slots=True)
 class State:
     """Everything the policy needs, folded from the ledger."""
