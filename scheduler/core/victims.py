@@ -636,13 +636,16 @@ def make_room(
         sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
         must_free,
     )
+    # Sets beyond the victim order are searched only without a lost-work budget (KAI's):
+    # with one, reclaim's bounds are spent cheapest first, so what it evicts stays cheap.
+    budgetless = state.config.lost_work_ratio_milli <= 0
     for rule in RULES:
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
         budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
-        if kept is None and found.wider is not None and found.allows is not None:
+        if kept is None and found.wider is not None and found.allows is not None and budgetless:
             kept = _try_rule(room, found.wider(), budget, found.allows)
         if kept is not None:
             placements, victims = kept
