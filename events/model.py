@@ -243,6 +243,19 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     water-filling in milli-units. ``whole``: KAI-Scheduler's division, each queue's portion
     floored to whole units (1 GPU, 1 milli-CPU, 1 MiB) and the units left over given by
     largest fraction, then the order the queues were configured in, then name."""
+    victim_order: str = "gpuledger"
+    """The order victims are taken in (docs/policy.md §5). ``gpuledger``: least lost work
+    first, and a set of victims is replaced by a single one that alone makes room losing
+    no more work. ``kai``: KAI-Scheduler's, lower-priority queues first, then lower-priority
+    and newer jobs, taken as they come."""
+    reservations: bool = True
+    """With ``backfill``: a queue's head that cannot start reserves the nodes it will get
+    (EASY backfill). False: KAI-Scheduler's, nothing is held for it, and every later job
+    that fits starts (docs/policy.md §6)."""
+    queue_order: str = "gpuledger"
+    """The order queues are served in (docs/policy.md §2). ``gpuledger``: leaf queues ranked
+    on their own. ``kai``: KAI-Scheduler's, level by level down the tree, each queue ranked
+    by the share it would have after taking its best head job."""
 
 
 # --------------------------------------------------------------------------- decisions

@@ -288,11 +288,22 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     share_rounding: str = "milli"
     """``milli`` (exact water-filling) or ``whole`` (KAI-Scheduler's whole-unit division)
     of what is over quota (docs/policy.md §1)."""
+    victim_order: str = "gpuledger"
+    """``gpuledger`` (fewest victims losing the least work) or ``kai`` (KAI-Scheduler's:
+    lower-priority queues first, then lower-priority and newer jobs; docs/policy.md §5)."""
+    reservations: bool = True
+    """With backfill, a blocked head reserves the nodes it will get; false: nothing is held
+    for it (KAI-Scheduler's; docs/policy.md §6)."""
+    queue_order: str = "gpuledger"
+    """``gpuledger`` (leaf queues ranked on their own) or ``kai`` (KAI-Scheduler's, level
+    by level by the share after the head job; docs/policy.md §2)."""
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
-    """The ``policy_configured`` event for a policy name and its knobs."""
-    from scheduler.core import REVISION  # noqa: PLC0415  # config stays importable alone
+    """The ``policy_configured`` event for a policy name and its knobs. ``kai`` is the gang
+    policy with KAI-Scheduler's knobs (``scheduler.core.policy.KAI_KNOBS``) in force,
+    whatever the file says of them."""
+    from scheduler.core.policy import REVISION, kai_knobs  # noqa: PLC0415  # importable alone
 
     k = knobs or PolicyFile()
     if k.placement not in ("binpack", "spread"):
@@ -301,7 +312,10 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
         raise ConfigError(
             f"policy: share_rounding must be milli or whole, not {k.share_rounding!r}"
         )
-    return PolicyConfigured(
+    for knob in ("victim_order", "queue_order"):
+        if getattr(k, knob) not in ("gpuledger", "kai"):
+            raise ConfigError(f"policy: {knob} must be gpuledger or kai, not {getattr(k, knob)!r}")
+    event = PolicyConfigured(
         policy=name,
         reclaim=k.reclaim,
         preempt=k.preempt,
@@ -318,7 +332,11 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
         lost_work_ratio_milli=round(k.lost_work_ratio * 1000),
         reclaim_hysteresis_ms=round(k.reclaim_hysteresis_s * 1000),
         share_rounding=k.share_rounding,
+        victim_order=k.victim_order,
+        queue_order=k.queue_order,
+        reservations=k.reservations,
     )
+    return kai_knobs(event) if name == "kai" else event
 
 
 T = TypeVar("T")

@@ -26,7 +26,7 @@ from scheduler.core.allocate import score_for
 from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.placement import FailedShapes, Statement, binpack_score
 from scheduler.core.running import NEVER
-from scheduler.core.state import Job, State
+from scheduler.core.state import GANG_POLICIES, Job, State
 
 MINUTE_MS = 60_000
 
@@ -128,7 +128,7 @@ def _fitting_job_waits(state: State) -> tuple[bool, int, bool]:
     found = False
     for job in fitting_jobs(state, skip):
         found = True
-        if shares is None and state.policy == "gpuledger":
+        if shares is None and state.policy in GANG_POLICIES:
             shares = fair_shares(state)
         if not _held_by_rule(state, job, shares):
             return (True, idle, False)

@@ -38,6 +38,7 @@ from events.port import LedgerReader
 from replay.config import PolicyFile, policy_event
 from replay.metrics import LedgerMetrics, collect, percentile, tenant_rows
 from replay.sim import SimJob, Simulation
+from scheduler.core.policy import KAI_KNOBS, kai_knobs
 
 
 @dataclass(slots=True)
@@ -162,6 +163,18 @@ class WhatIf:
     fates: list[dict[str, object]]
 
 
+def renamed(recorded: PolicyConfigured, name: str) -> PolicyConfigured:
+    """The recorded policy under another name, as a what-if: ``kai`` puts KAI-Scheduler's
+    knobs in force; leaving ``kai`` puts that policy's own defaults back for them."""
+    if name == "kai":
+        return kai_knobs(recorded)
+    policy = msgspec.structs.replace(recorded, policy=name)
+    if recorded.policy == "kai":
+        own = policy_event(name)
+        policy = msgspec.structs.replace(policy, **{k: getattr(own, k) for k in KAI_KNOBS})
+    return policy
+
+
 def what_if(
     reader: LedgerReader,
     ledger: str | os.PathLike[str],
@@ -182,7 +195,7 @@ def what_if(
     if knobs is not None:
         policy = policy_event(policy_name or recorded.policy, knobs)
     elif policy_name:
-        policy = msgspec.structs.replace(recorded, policy=policy_name)
+        policy = renamed(recorded, policy_name)
     else:
         policy = recorded
     if queues is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from events.codec import SCHEMA_VERSION, DecodeError, Envelope, UnknownEventType, decode_event, wrap
 from events.model import Event, PolicyConfigured
 from scheduler.core import REVISION, State, apply, cycle
+from scheduler.core.policy import kai_knobs
 from scheduler.validate import validate
 
 
@@ -164,7 +165,8 @@ class Runtime:
 def live_policy(policy: str = "gpuledger") -> PolicyConfigured:
     """The policy a live runner records first on an empty ledger: this core's revision,
     lost pods never re-placed (``PolicyConfigured.requeue_lost``)."""
-    return PolicyConfigured(policy=policy, revision=REVISION, requeue_lost=False)
+    config = PolicyConfigured(policy=policy, revision=REVISION, requeue_lost=False)
+    return kai_knobs(config) if policy == "kai" else config
 
 
 __all__ = ["Input", "Refusal", "Runtime", "StepResult", "live_policy"]

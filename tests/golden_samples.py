@@ -80,7 +80,15 @@ SAMPLES: list[Event] = [
     PodStarted(job="finetune-42", pod="finetune-42-0"),
     PodFinished(job="finetune-42", pod="finetune-42-0", succeeded=False),
     Tick(),
-    PolicyConfigured(policy="gpuledger", reclaim=True, preempt=False, share_rounding="whole"),
+    PolicyConfigured(
+        policy="kai",
+        reclaim=True,
+        preempt=False,
+        share_rounding="whole",
+        victim_order="kai",
+        queue_order="kai",
+        reservations=False,
+    ),
     PodsAllocated(
         job="finetune-42",
         queue="training",

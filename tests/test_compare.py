@@ -22,10 +22,10 @@ def test_compare_runs_every_policy_and_writes_json_and_html(
                  "--out", str(out)])  # fmt: skip
     assert code == 0
     text = capsys.readouterr().out
-    for policy in ("gpuledger", "drf", "fifo", "easy"):
+    for policy in ("gpuledger", "kai", "drf", "fifo", "easy"):
         assert f"{policy}" in text and (out / policy / "ledger").is_dir()
     data = json.loads((out / "compare.json").read_text())
-    assert set(data) == {"gpuledger", "drf", "fifo", "easy"}
+    assert set(data) == {"gpuledger", "kai", "drf", "fifo", "easy"}
     for figures in data.values():
         queues = {row["queue"] for row in figures["tenants"]}
         assert queues == {"training", "interactive", "experiments", "all"}

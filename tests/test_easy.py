@@ -104,7 +104,7 @@ def test_compare_prints_the_headline_figures_for_every_policy(
     text = capsys.readouterr().out
     assert "avg wait" in text and "lost %" in text and "idle-fit min" in text
     data = json.loads((out / "compare.json").read_text())
-    assert set(data) == {"gpuledger", "drf", "fifo", "easy"}
+    assert set(data) == {"gpuledger", "kai", "drf", "fifo", "easy"}
     for figures in data.values():
         summary = figures["summary"]
         assert summary["jobs"] == summary["ready"] > 0

@@ -80,6 +80,10 @@ def with_estimates(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFi
         consolidation=st.booleans(),
         placement=st.sampled_from(["binpack", "spread"]),
         half_life_s=st.sampled_from([0, 600]),
+        victim_order=st.sampled_from(["gpuledger", "kai"]),
+        queue_order=st.sampled_from(["gpuledger", "kai"]),
+        reservations=st.booleans(),
+        share_rounding=st.sampled_from(["milli", "whole"]),
     ),
 )
 def test_no_job_that_may_start_and_fits_is_left_waiting(scenario, knobs) -> None:  # type: ignore[no-untyped-def]

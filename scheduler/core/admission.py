@@ -9,7 +9,7 @@ to preempt from its own queue to start within every limit.
 
 from __future__ import annotations
 
-from scheduler.core.fairshare import RESOURCES, Shares, bounded, limit_of
+from scheduler.core.fairshare import RESOURCES, Shares, bounded, capacity, limit_of
 from scheduler.core.reasons import LIMIT, QUOTA, UNITS, Reason, amount, gpus
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, Queue, State
@@ -35,6 +35,81 @@ def queue_order(
             dominant = max(dominant, share)
     head_seq = queue.pending[0][1] if queue.pending else NEVER
     return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
+
+
+_RATIO = 1_000_000
+"""Shares are compared in parts per million (integer arithmetic)."""
+
+
+def kai_ranked(state: State, leaves: list[Queue], shares: Shares) -> list[Queue]:
+    """The leaves in KAI-Scheduler's queue order (``queue_order: kai``), level by level:
+    the top-level queues are ranked, each by its own share and its best head job (the head
+    of its first leaf), then the children inside each the same way, down to the leaves.
+    Only queues with a leaf among ``leaves`` take part; the order is worked out again
+    after each placement, as every order is."""
+    below: dict[str, dict[str, Queue]] = {}
+    for leaf in leaves:
+        child = leaf
+        for parent in state.ancestors(leaf.name)[1:]:
+            below.setdefault(parent.name, {})[child.name] = child
+            child = parent
+        below.setdefault("", {})[child.name] = child
+    rank = {name: i for i, name in enumerate(state.queues)}
+    modelled = tuple(r for r, total in enumerate(capacity(state)) if total > 0) or (0,)
+
+    def order(children: dict[str, Queue]) -> list[Queue]:
+        entries = []
+        for queue in children.values():
+            inside = order(below[queue.name]) if queue.name in below else [queue]
+            head = state.jobs[inside[0].pending[0][2]]
+            key = _kai_key(queue, head.request, shares, modelled)
+            entries.append(((*key, rank.get(queue.name, 0), queue.name), inside))
+        entries.sort(key=lambda entry: entry[0])
+        return [leaf for _, inside in entries for leaf in inside]
+
+    return order(below.get("", {}))
+
+
+def _kai_key(
+    queue: Queue, request: tuple[int, int, int], shares: Shares, modelled: tuple[int, ...]
+) -> tuple[int, ...]:
+    """KAI-Scheduler's queue comparison, in its order: not above its fair share (every
+    resource), within its deserved quota with the head job, higher priority, no resource
+    held where its allocatable share is 0, lower dominant share with the head job, then
+    without it, smaller allocatable share (creation order and name follow)."""
+    held = queue.allocated
+    fair = shares.fair[queue.name]
+    deserved = shares.deserved[queue.name]
+    allocatable = []
+    for r in range(RESOURCES):
+        most = max(deserved[r], fair[r])
+        limit = limit_of(queue, r)
+        allocatable.append(min(most, limit) if bounded(limit) else most)
+    over_fair = all(fair[r] < held[r] for r in modelled)
+    starved = all(held[r] + request[r] <= deserved[r] for r in modelled)
+    with_job = [held[r] + request[r] for r in range(RESOURCES)]
+    zero_share = any(allocatable[r] == 0 and with_job[r] > 0 for r in modelled)
+    return (
+        int(over_fair),
+        int(not starved),
+        -queue.priority,
+        int(zero_share),
+        _dominant(with_job, allocatable, modelled),
+        _dominant(list(held), allocatable, modelled),
+        *(allocatable[r] for r in range(RESOURCES)),
+    )
+
+
+def _dominant(held: list[int], allocatable: list[int], modelled: tuple[int, ...]) -> int:
+    """The largest held ÷ allocatable share over the resources (ppm); a resource held
+    with no allocatable share counts as NEVER."""
+    share = 0
+    for r in modelled:
+        if allocatable[r] > 0:
+            share = max(share, held[r] * _RATIO // allocatable[r])
+        elif held[r] > 0:
+            return NEVER
+    return share
 
 
 def limited(state: State, leaf: str) -> bool:

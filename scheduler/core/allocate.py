@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
-from scheduler.core.admission import admission_reason, limited, queue_order, quota_reason
+from scheduler.core.admission import (
+    admission_reason,
+    kai_ranked,
+    limited,
+    queue_order,
+    quota_reason,
+)
 from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
@@ -172,9 +178,12 @@ def _next_queue(s: Session) -> Queue | None:
     """
     if not s.ranked:
         jobs = s.state.jobs
-        s.ranked = sorted(
-            (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
-        )
+        if s.state.config.queue_order == "kai":
+            s.ranked = kai_ranked(s.state, [q for q in s.leaves if q.pending], s.shares)
+        else:
+            s.ranked = sorted(
+                (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
+            )
         s.at = 0
     ranked = s.ranked
     while s.at < len(ranked):
@@ -230,6 +239,10 @@ def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
     s.heads[queue.name] = job.job
     if reason is not None:
         note_reason(job, reason, s.emit)  # held back by a limit or quota: reserves nothing
+        return
+    if not s.state.config.reservations:
+        # KAI-Scheduler's backfill: nothing is held for a blocked head
+        note_reason(job, blocked_reason(s, queue, job, None), s.emit)
         return
     reserve(s, queue, job)
 

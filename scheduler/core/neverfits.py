@@ -19,6 +19,7 @@ from scheduler.core.placement import (
 from scheduler.core.reasons import NEVER_FITS, UNITS, amount, gpus
 from scheduler.core.session import Emit
 from scheduler.core.state import (
+    GANG_POLICIES,
     PENDING,
     FreeIndex,
     Job,
@@ -38,7 +39,7 @@ def reject_impossible(state: State, emit: Emit) -> None:
         if job is None or job.status != PENDING:
             continue
         reason = _static_reason(state, job) or _empty_cluster_reason(state, job)
-        if reason is None and not job.preemptible and state.policy == "gpuledger":
+        if reason is None and not job.preemptible and state.policy in GANG_POLICIES:
             if shares is None:
                 shares = fair_shares(state)
             reason = _quota_reason(job, shares)
@@ -116,7 +117,7 @@ def _static_reason(state: State, job: Job) -> str | None:
         return f"queue '{job.queue}' does not exist"
     if queue.children:
         return f"queue '{job.queue}' has child queues; submit to one of {queue.children}"
-    if state.policy == "gpuledger":
+    if state.policy in GANG_POLICIES:
         hit = over_limit(state, job.queue, job.request, in_use=False)
         if hit is not None:
             q, resource, limit = hit

@@ -25,7 +25,9 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
-from events.model import CycleCompleted, Event, JobTerminated
+import msgspec
+
+from events.model import CycleCompleted, Event, JobTerminated, PolicyConfigured
 from scheduler.core import baselines
 from scheduler.core.allocate import allocate
 from scheduler.core.apply import apply
@@ -38,7 +40,30 @@ from scheduler.core.state import ACTIVE, State
 REVISION = 8
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
-POLICIES = ("gpuledger", "drf", "fifo", "easy")
+KAI_KNOBS: dict[str, object] = {
+    "share_rounding": "whole",
+    "lost_work_ratio_milli": 0,
+    "reclaim_hysteresis_ms": 0,
+    "victim_order": "kai",
+    "queue_order": "kai",
+    "reservations": False,
+    "consolidation": True,
+}
+"""The knobs of ``policy_configured`` that policy ``kai`` sets: KAI-Scheduler's choices
+where gpuledger deliberately differs (docs/policy.md, "Where gpuledger differs from
+KAI-Scheduler"). Consolidation stays off where pods cannot be moved (live ledgers)."""
+
+
+def kai_knobs(config: PolicyConfigured) -> PolicyConfigured:
+    """``config`` as policy ``kai``: the gang policy with ``KAI_KNOBS`` in force."""
+    knobs = dict(KAI_KNOBS)
+    if not config.requeue_lost:
+        knobs["consolidation"] = False
+    return msgspec.structs.replace(config, policy="kai", **knobs)
+
+
+POLICIES = ("gpuledger", "kai", "drf", "fifo", "easy")
+"""Policy names; ``kai`` is the gang policy with ``KAI_KNOBS``."""
 
 
 def cycle(state: State, now: int) -> list[Event]:

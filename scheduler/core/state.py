@@ -210,6 +210,10 @@ class Job:
         return (-self.priority, self.seq, self.job)
 
 
+GANG_POLICIES = ("gpuledger", "kai")
+"""The policies that run the hierarchical gang policy (``kai`` with KAI-Scheduler's knobs)."""
+
+
 @dataclass(slots=True)
 class JobShape:
     """What decides a pending job's fit by shape, worked out once per pending job (its pods,

@@ -147,18 +147,35 @@ def preemption(victim: Job, now: int, preemptor: Job | None, rule: str) -> JobPr
 # --------------------------------------------------------------------------- the rules
 
 
+@dataclass(slots=True)
+class Candidates:
+    """The victims a rule may take for a job, in the order they are taken: as many as it
+    may take together (``victims``). Where what they take together stopped the list short
+    (a bound shared by the victims of a queue, reclaim's), ``wider`` gives every victim
+    the rule may take alone and ``allows`` says whether a set of them may go together, so
+    a victim counted first does not block another that alone would make room."""
+
+    victims: list[Job]
+    wider: Callable[[], list[Job]] | None = None
+    allows: Callable[[list[Job]], bool] | None = None
+
+
 def backfilled_under(job: Job, victims: Victims) -> list[Job]:
     """Jobs backfilled into this job's reservation gap: they give way to it."""
     return [v for v in victims.under_of(job.job) if v.status in ACTIVE]
 
 
-def preempt_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
-    """Preemptible jobs of the same queue with strictly lower priority."""
-    return [
+def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
+    """Preemptible jobs of the same queue with strictly lower priority: least lost work
+    first, or under ``victim_order: kai`` lower priority first, then newest."""
+    found = [
         item[4]
         for item in s.victims.of((queue.name,))
         if item[4].priority < job.priority and may_take(s.state, item[4], "preempt")
     ]
+    if s.state.config.victim_order == "kai":
+        found.sort(key=lambda v: (v.priority, -v.seq, v.job))
+    return Candidates(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +198,8 @@ def reclaim_resources(state: State, job: Job) -> tuple[int, ...]:
     return tuple(r for r in range(RESOURCES) if job.request[r] > 0 and total[r] > 0)
 
 
-def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
-    """Victims in other queues that reclaim may take from, cheapest first.
+def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
+    """Victims in other queues that reclaim may take from, in victim order.
 
     Two strategies, as KAI-Scheduler's: **fair-share reclaim** — the reclaiming queue stays
     within its fair share, and each victim queue is above its fair share and keeps a
@@ -214,10 +231,10 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
             )
         )
     if any(t.resource == 0 and not (t.by_fair_share or t.by_quota) for t in takers):
-        return []  # GPUs are taken back only within the job's queue's GPU share
+        return Candidates([])  # GPUs are taken back only within the job's queue's GPU share
     takers = [t for t in takers if t.by_fair_share or t.by_quota]
     if not takers:
-        return []
+        return Candidates([])
     # Per giver leaf, the levels checked ((queue taken from, resource, most it may give)
     # at the leaf and where the branches meet), solved for the amount taken once per queue.
     levels_of: dict[str, list[Level]] = {}
@@ -227,13 +244,33 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> list[Job]:
         if branches is not None and branches[0] is not queue:
             pairs.append(branches)
         levels_of[leaf] = [
-            (theirs.name, t.resource, *most_taken(shares, t, mine, theirs))
+            (theirs.name, t.resource, *most_taken(shares, _leveled(shares, t, mine), mine, theirs))
             for mine, theirs in pairs
             for t in takers
         ]
     if not levels_of:
-        return []
-    return _take_in_order(s, levels_of, tuple(t.resource for t in takers))
+        return Candidates([])
+    take = _Take(s, levels_of, tuple(t.resource for t in takers))
+    victims = take.run(together=True)
+    if not take.clipped:
+        return Candidates(victims)
+    return Candidates(victims, lambda: take.run(together=False), take.allows)
+
+
+def _leveled(shares: Shares, taker: Reclaimer, mine: Queue) -> Reclaimer:
+    """The taker's strategies judged for ``mine``, the reclaiming side where the branches
+    meet (the leaf's ancestor there), as KAI-Scheduler judges its leveled queues: quota
+    reclaim also needs that ancestor to stay within its own deserved quota with the job,
+    so a leaf within its quota does not take from another department on behalf of a
+    department above its own. Fair-share reclaim there is bounded by the two sides'
+    saturations (``most_taken``), so the ancestor goes above its fair share only while
+    it stays less saturated than the queue it takes from."""
+    if mine is taker.queue or not taker.by_quota:
+        return taker
+    r = taker.resource
+    if mine.allocated[r] + taker.need <= shares.deserved[mine.name][r]:
+        return taker
+    return Reclaimer(taker.queue, taker.need, taker.by_fair_share, False, r)
 
 
 def _givers(state: State, shares: Shares, takers: list[Reclaimer]) -> list[str]:
@@ -278,45 +315,113 @@ def _judged(item: VictimItem, reclaimed: tuple[int, ...]) -> tuple[int, int, int
     return judged if any(judged) else None
 
 
-def _take_in_order(
-    s: Session, levels_of: dict[str, list[Level]], reclaimed: tuple[int, ...]
-) -> list[Job]:
-    """The givers' victims in order, merged from their streams, each taken while every
-    level it counts against still has room for it. A stream whose jobs all hold the same
-    GPUs, judged by GPU, is dropped once they hold more than their queue may still give:
-    budgets only shrink, so none of its jobs could be taken any more (reading on would
-    refuse each of them)."""
-    state = s.state
-    taken = {(level[0], level[1]): 0 for levels in levels_of.values() for level in levels}
-    heap: list[_Stream] = []
-    for leaf, levels in levels_of.items():
-        floor = min_runtime(state, leaf, "reclaim")
-        for same, stream in s.victims.streams(leaf):
-            first = next(stream, None)
-            if first is not None:
-                shortcut = -1 if same is None or same <= 0 or 0 not in reclaimed else same
-                heap.append((first, shortcut, stream, levels, floor))
-    heapq.heapify(heap)
-    allowed: list[Job] = []
-    now = state.now
-    while heap:
-        item, same, stream, levels, floor = heap[0]
-        victim = item[4]
-        judged = _judged(item, reclaimed) if victim.status in ACTIVE else None
-        if (
-            judged is not None
-            and not protected(victim, now, floor)
-            and not recently_reclaimed(state, victim)
-            and _within(levels, taken, judged)
-        ):
+@dataclass(slots=True)
+class _Take:
+    """Reclaim's victims in victim order, each checked against the levels of its queue
+    (``most_taken``): merged from the givers' sorted streams (least lost work first) or,
+    under ``victim_order: kai``, in KAI-Scheduler's order."""
+
+    s: Session
+    levels_of: dict[str, list[Level]]
+    reclaimed: tuple[int, ...]
+    clipped: bool = False
+    """Whether a victim was left out only because of what those before it took."""
+    judged: dict[str, tuple[list[Level], tuple[int, int, int]]] = field(default_factory=dict)
+    """Per victim taken alone (``together=False``): its levels and what they judge of it."""
+
+    def run(self, *, together: bool) -> list[Job]:
+        """The victims in order that may be taken: with ``together``, each while every
+        level it counts against still has room after those before it; without, each as
+        if it were the only one (``allows`` then judges a set)."""
+        taken = {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
+        zero = dict(taken)
+        allowed: list[Job] = []
+        for item, levels, floor in self._ordered(taken if together else zero, zero):
+            victim = item[4]
+            judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
+            if (
+                judged is None
+                or protected(victim, self.s.state.now, floor)
+                or recently_reclaimed(self.s.state, victim)
+            ):
+                continue
+            if not _within(levels, taken if together else zero, judged):
+                if together and _within(levels, zero, judged):
+                    self.clipped = True
+                continue
+            if together:
+                for name, resource, _, _ in levels:
+                    taken[(name, resource)] += judged[resource]
+            else:
+                self.judged[victim.job] = (levels, judged)
+            allowed.append(victim)
+        return allowed
+
+    def allows(self, victims: list[Job]) -> bool:
+        """Whether these victims (from ``run(together=False)``) may be taken together: the
+        smallest first, so a quota level is still above its deserved quota when the
+        largest is picked."""
+        taken = {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
+        rows = sorted((self.judged[v.job][1], v.job) for v in victims)
+        for judged, job_id in rows:
+            levels = self.judged[job_id][0]
+            if not _within(levels, taken, judged):
+                return False
             for name, resource, _, _ in levels:
                 taken[(name, resource)] += judged[resource]
-            allowed.append(victim)
-        following = next(stream, None)
-        if following is not None and same > 0 and not _within(levels, taken, (same, 0, 0)):
-            following = None  # budgets only shrink: the stream has nothing more
-        _advance(heap, following)
-    return allowed
+        return True
+
+    def _ordered(
+        self, taken: dict[tuple[str, int], int], zero: dict[tuple[str, int], int]
+    ) -> Iterator[tuple[VictimItem, list[Level], int]]:
+        """(victim, its levels, its queue's reclaim min-runtime) in victim order. A stream
+        whose jobs all hold the same GPUs, judged by GPU, is dropped once they hold more
+        than their queue may still give (``taken`` only grows, so none of its jobs could
+        be taken any more)."""
+        state = self.s.state
+        if state.config.victim_order == "kai":
+            yield from self._kai_ordered()
+            return
+        heap: list[_Stream] = []
+        for leaf, levels in self.levels_of.items():
+            floor = min_runtime(state, leaf, "reclaim")
+            for same, stream in self.s.victims.streams(leaf):
+                first = next(stream, None)
+                if first is not None:
+                    shortcut = -1 if same is None or same <= 0 or 0 not in self.reclaimed else same
+                    heap.append((first, shortcut, stream, levels, floor))
+        heapq.heapify(heap)
+        while heap:
+            item, same, stream, levels, floor = heap[0]
+            yield item, levels, floor
+            following = next(stream, None)
+            if following is not None and same > 0 and not _within(levels, taken, (same, 0, 0)):
+                if taken is not zero and _within(levels, zero, (same, 0, 0)):
+                    self.clipped = True
+                following = None  # budgets only shrink: the stream has nothing more
+            _advance(heap, following)
+
+    def _kai_ordered(self) -> Iterator[tuple[VictimItem, list[Level], int]]:
+        """KAI-Scheduler's victim order: lower-priority queues first, then the queue most
+        saturated (held ÷ fair share) before this cycle, then lower-priority jobs, then
+        newer ones."""
+        state = self.s.state
+        shares = self.s.shares
+        rows = []
+        for leaf, levels in self.levels_of.items():
+            q = state.queues[leaf]
+            fair = shares.fair[leaf][0]
+            held = shares.held_before(q, 0)
+            saturation = held * 1_000_000 // fair if fair > 0 else NEVER
+            floor = min_runtime(state, leaf, "reclaim")
+            for _, stream in self.s.victims.streams(leaf):
+                for item in stream:
+                    job = item[4]
+                    key = (q.priority, -saturation, leaf, job.priority, -job.seq, job.job)
+                    rows.append((key, item, levels, floor))
+        rows.sort(key=lambda row: row[0])
+        for _, item, levels, floor in rows:
+            yield item, levels, floor
 
 
 def _within(
@@ -396,11 +501,15 @@ class Rule:
 
     name: str
     enabled: Callable[[PolicyConfigured], bool]
-    candidates: Callable[[Session, Queue, Job], list[Job]]
+    candidates: Callable[[Session, Queue, Job], Candidates]
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("backfill", lambda _config: True, lambda s, _queue, job: backfilled_under(job, s.victims)),
+    Rule(
+        "backfill",
+        lambda _config: True,
+        lambda s, _queue, job: Candidates(backfilled_under(job, s.victims)),
+    ),
     Rule("reclaim", lambda config: config.reclaim, reclaim_candidates),
     Rule("preempt", lambda config: config.preempt, preempt_candidates),
 )
@@ -527,26 +636,91 @@ def make_room(
         sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
         must_free,
     )
+    # Sets beyond the victim order are searched only without a lost-work budget (KAI's):
+    # with one, reclaim's bounds are spent cheapest first, so what it evicts stays cheap.
+    budgetless = state.config.lost_work_ratio_milli <= 0
     for rule in RULES:
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
-        candidates = rule.candidates(s, queue, job)
         budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
-        if budget < NEVER:
-            candidates = [v for v in candidates if lost_work(v, state.now)[0] <= budget]
-        if not candidates or not room.could_fit(candidates):
-            continue  # even with every candidate evicted the gang could not fit
-        point = stmt.checkpoint()
-        found = room.evict_until_fits(candidates)
-        if found is None:
-            continue
-        placements, chosen = found
-        kept = _needed_victims(state, chosen, placements, _spare(chosen, must_free))
-        if budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget:
-            stmt.rollback(point)  # the start would cost more work than the job has waited
-            continue
-        return placements, [(v, rule.name) for v in kept]
+        found = rule.candidates(s, queue, job)
+        kept = _try_rule(room, found.victims, budget)
+        if kept is None and found.wider is not None and found.allows is not None and budgetless:
+            kept = _try_rule(room, found.wider(), budget, found.allows)
+        if kept is not None:
+            placements, victims = kept
+            return placements, [(v, rule.name) for v in victims]
     return None, []
+
+
+def _try_rule(
+    room: _Room,
+    candidates: list[Job],
+    budget: int,
+    allows: Callable[[list[Job]], bool] | None = None,
+) -> tuple[list[PodPlacement], list[Job]] | None:
+    """The gang's placements and the victims kept, evicting ``candidates`` in order until
+    it fits, then only those the placement (and a limit) needs — or, under gpuledger's
+    victim order, one victim that alone makes room losing no more work (``_one_instead``).
+    None, with the statement as it was, when they cannot make room, cost more than
+    ``budget`` together, or are not ``allows``-ed together."""
+    state = room.state
+    stmt = room.stmt
+    if budget < NEVER:
+        candidates = [v for v in candidates if lost_work(v, state.now)[0] <= budget]
+    if not candidates or not room.could_fit(candidates):
+        return None  # even with every candidate evicted the gang could not fit
+    point = stmt.checkpoint()
+    found = room.evict_until_fits(candidates)
+    if found is None:
+        return None
+    placements, chosen = found
+    kept = _needed_victims(state, chosen, placements, _spare(chosen, room.must_free))
+    if state.config.victim_order != "kai":
+        one = _one_instead(room, candidates, kept, point)
+        if one is not None:
+            return one
+    if (budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget) or (
+        allows is not None and not allows(kept)
+    ):
+        stmt.rollback(point)  # the start would cost more than the job has waited, or the
+        return None  # rule's bounds do not allow these victims together
+    return placements, kept
+
+
+ONE_INSTEAD_TRIES = 16
+"""The most placements ``_one_instead`` tries for one gang."""
+
+
+def _one_instead(
+    room: _Room, candidates: list[Job], kept: list[Job], point: tuple[int, int]
+) -> tuple[list[PodPlacement], list[Job]] | None:
+    """One victim that alone lets the gang start, losing no more work than ``kept``
+    together (strictly less when ``kept`` is one victim): the first such in victim order,
+    so the fewest victims and the least lost work together. The candidates are read
+    while they lose no more than ``kept`` (they come cheapest first); None: keep ``kept``
+    (the statement is then rolled back to ``point``; the caller's placements stand)."""
+    now = room.state.now
+    cost = sum(lost_work(v, now)[0] for v in kept)
+    single = kept[0].job if len(kept) == 1 else None
+    stmt = room.stmt
+    tries = 0
+    for victim in candidates:
+        lost = lost_work(victim, now)[0]
+        if lost > cost or tries >= ONE_INSTEAD_TRIES:
+            break
+        if single is not None and lost >= cost:
+            break  # one victim already: only a cheaper one would do better
+        if not room.could_fit([victim]):
+            continue
+        tries += 1
+        stmt.rollback(point)
+        stmt.evict(victim)
+        placements = stmt.place_gang(room.job, skip=room.allowed)
+        if placements is not None:
+            return placements, [victim]
+    stmt.rollback(point)
+    return None
 
 
 def _spare(chosen: list[Job], must_free: tuple[int, int, int]) -> list[int]:
