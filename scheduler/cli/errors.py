@@ -59,8 +59,14 @@ def ledger_errors(prefix: str = "") -> Iterator[None]:
 def open_ledger(source: str) -> LedgerReader:
     """The reader of a ledger directory, JSON Lines export or ``kafka://`` URL
     (``events.sources.open_reader``); ``CliError`` if it is none of these."""
+    from events.filelog import LedgerError  # noqa: PLC0415
     from events.sources import open_reader  # noqa: PLC0415  # the file log, Kafka on demand
 
+    if source[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME:
+        try:
+            return open_reader(source)
+        except LedgerError as exc:  # it names the broker, the identity and the refusal
+            raise CliError(str(exc)) from exc
     with ledger_errors("cannot open ledger: "):
         return open_reader(source)
 
