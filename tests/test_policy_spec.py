@@ -1091,7 +1091,6 @@ RECLAIM = [
         (6, started("a2")),
         (10, job("b1", "b", gpus=8, selector={"host": "n1"})),
         then={"preempted": [("a1", "reclaim", "b1")], "placed": ["b1"]},
-        marks=pytest.mark.xfail(reason="evict_until_fits skips the last placement attempt"),
     ),
     case(
         "a-quota-edit-keeps-the-queue-s-running-jobs-reclaimable",

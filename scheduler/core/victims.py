@@ -587,6 +587,7 @@ class _Room:
         free = self.free
         wait = 0  # victims to evict before the next placement attempt (doubles on failure)
         step = 1
+        tried = 0  # victims evicted at the last placement attempt
         for count, victim in enumerate(candidates, 1):
             stmt.evict(victim)
             free += self.victims.held_gpu(victim)
@@ -598,12 +599,13 @@ class _Room:
                 wait -= 1
                 continue
             placements = stmt.place_gang(self.job, skip=self.allowed)
+            tried = count
             if placements is not None:
                 return placements, candidates[:count]
             # A gang that fits the counts but not yet the nodes is tried again after
             # 1, 2, 4, ... more victims: extra victims are dropped below, attempts are not.
             wait, step = step, step * 2
-        if wait > 0 and self.covers(candidates):
+        if tried < len(candidates) and self.covers(candidates):
             placements = stmt.place_gang(self.job, skip=self.allowed)  # every one evicted
             if placements is not None:
                 return placements, candidates
