@@ -32,7 +32,7 @@ from events.filelog import FileLedger, LedgerDirReader
 from replay.compare import compare, demand_table, summary_table
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_event
 from replay.sim import Simulation
-from replay.traces import import_nodes, import_trace
+from replay.traces import import_nodes, import_trace, shared_alibaba_dir
 from replay.verify import run as verify
 
 HERE = Path(__file__).parent / "multitenant"
@@ -76,18 +76,6 @@ ALIBABA_FRACTION = 0.004
 22 GPUs): thousands of the trace's jobs are then pending at the peak."""
 
 
-def alibaba_dir() -> Path:
-    """The shared Alibaba trace (as ``tests/test_traces.py`` finds it)."""
-    given = os.environ.get("GPULEDGER_ALIBABA_TRACE")
-    if given:
-        return Path(given)
-    candidates = [
-        Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_openb_v2023",
-        Path("/work/shared/traces/alibaba_openb_v2023"),
-    ]
-    return next((c for c in candidates if c.is_dir()), candidates[0])
-
-
 def fraction_of(cluster: ClusterFile, fraction: float) -> ClusterFile:
     """The cluster cut to ``round(nodes x fraction)`` nodes, each group keeping its share:
     whole nodes first, the rest to the largest remainders (then the earlier group)."""
@@ -108,7 +96,7 @@ def congested(out: Path) -> dict[str, Any] | None:
     """The Alibaba 2023 trace on ``ALIBABA_FRACTION`` of its nodes under gpuledger: the
     simulation's wall and CPU seconds and ``replay --verify``'s records per second (None
     when the trace is not there)."""
-    where = alibaba_dir()
+    where = shared_alibaba_dir()
     if not where.is_dir():
         print(f"(the Alibaba trace is not at {where}: congested run skipped)")
         return None

@@ -1124,3 +1124,17 @@ def _priority_class(name: str) -> PriorityClass:
         accepted = ", ".join(get_args(PriorityClass))
         raise ConfigError(f"priority class {name!r} is not one of {accepted}")
     return cast(PriorityClass, name)
+
+
+def shared_alibaba_dir() -> Path:
+    """Where the shared Alibaba 2023 trace is: ``GPULEDGER_ALIBABA_TRACE``, else ``shared/``
+    beside the checkout (as in the workplace), else the workplace's own copy (so a clone
+    made elsewhere, such as CI's, finds it); the first candidate when none exists."""
+    given = os.environ.get("GPULEDGER_ALIBABA_TRACE")
+    if given:
+        return Path(given)
+    candidates = [
+        Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_openb_v2023",
+        Path("/work/shared/traces/alibaba_openb_v2023"),
+    ]
+    return next((c for c in candidates if c.is_dir()), candidates[0])

@@ -29,9 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from events.codec import decode_envelope
 from events.memlog import MemoryLedger
 from projections.projector import connect, project
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
-from replay.examples import EXAMPLES
-from replay.sim import Simulation
+from replay.examples import EXAMPLES, simulate
 from scheduler.core import POLICIES
 
 
@@ -88,15 +86,8 @@ def main() -> None:
         ledgers.append((Path(file).stem, MemoryLedger([decode_envelope(b) for b in blobs])))
     for policy in POLICIES:
         for name in sorted(EXAMPLES):
-            example = EXAMPLES[name]
             ledger = MemoryLedger()
-            Simulation(
-                load(example.path("cluster"), ClusterFile),
-                load(example.path("queues"), QueuesFile),
-                load(example.path("workload"), WorkloadFile),
-                policy,
-                ledger,
-            ).run()
+            simulate(name, policy, ledger)
             ledgers.append((f"{policy}/{name}", ledger))
     for label, ledger in ledgers:
         for table, value in digests(ledger, resumed=not args.no_resume).items():

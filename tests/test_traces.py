@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -21,6 +20,7 @@ from replay.traces import (
     import_nodes,
     import_trace,
     load_mapping,
+    shared_alibaba_dir,
 )
 from replay.verify import run
 from scheduler.cli import main
@@ -28,21 +28,7 @@ from scheduler.cli import main
 DATA = Path(__file__).parent / "data" / "traces"
 
 
-def _alibaba_dir() -> Path:
-    """The shared Alibaba trace: ``GPULEDGER_ALIBABA_TRACE``, else ``shared/`` beside the
-    checkout (as in the workplace), else the workplace's own copy (a clone made elsewhere,
-    such as CI's, still runs these tests)."""
-    given = os.environ.get("GPULEDGER_ALIBABA_TRACE")
-    if given:
-        return Path(given)
-    candidates = [
-        Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_openb_v2023",
-        Path("/work/shared/traces/alibaba_openb_v2023"),
-    ]
-    return next((c for c in candidates if c.is_dir()), candidates[0])
-
-
-ALIBABA = _alibaba_dir()
+ALIBABA = shared_alibaba_dir()
 PODS = ALIBABA / "openb_pod_list_default.csv"
 NODES = ALIBABA / "openb_node_list_gpu_node.csv"
 
