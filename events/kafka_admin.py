@@ -279,6 +279,41 @@ def new_producer(
     )
 
 
+async def send_records(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    key: bytes,
+    values: Sequence[bytes],
+    last_headers: Sequence[tuple[str, bytes]] = (),
+) -> tuple[int, int] | None:
+    """Send ``values`` to ``topic[partition]`` in order, as whole record batches, and return
+    the offsets of the first and the last record (None when there are none);
+    ``last_headers`` go on the last record.
+
+    One ``send_batch`` per batch of up to the producer's batch size, instead of one
+    ``send`` per record: a per-record send costs about three times the CPU (a future,
+    a partition lookup and an accumulator append each), which at a thousand ledger
+    records a second is a large part of a micro-batch. Inside a transaction, as
+    ``send`` is."""
+    if not values:
+        return None
+    sent: list[tuple[asyncio.Future[Any], int]] = []
+    batch, count = producer.create_batch(), 0
+    last = len(values) - 1
+    for i, value in enumerate(values):
+        headers = list(last_headers) if i == last else []
+        while batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+            if count == 0:
+                raise KafkaLogError(f"{topic}: a record of {len(value)} bytes exceeds a batch")
+            sent.append((await producer.send_batch(batch, topic, partition=partition), count))
+            batch, count = producer.create_batch(), 0
+        count += 1
+    sent.append((await producer.send_batch(batch, topic, partition=partition), count))
+    done = await asyncio.gather(*(future for future, _ in sent))
+    return int(done[0].offset), int(done[-1].offset) + sent[-1][1] - 1
+
+
 async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | None = None) -> None:
     """``await client.start()`` for any aiokafka client; when it cannot connect, stop it and
     raise ``KafkaAuthError`` or ``KafkaLogError`` saying why.

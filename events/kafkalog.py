@@ -34,6 +34,7 @@ from events.kafka_admin import (
     new_consumer,
     new_producer,
     run_sync,
+    send_records,
     start_client,
 )
 from events.kafka_security import KafkaLogError, KafkaSecurity, resolve_security
@@ -259,17 +260,14 @@ class KafkaLedger(KafkaReader):
     async def _append(self, values: list[bytes]) -> int:
         producer = self._producer
         async with producer.transaction():
-            futures = [
-                await producer.send(self.topic, v, key=self.key, partition=self.partition)
-                for v in values
-            ]
-            first = await futures[0]
-            last = (await asyncio.gather(*futures[1:]))[-1] if len(futures) > 1 else first
+            sent = await send_records(producer, self.topic, self.partition, self.key, values)
+        assert sent is not None  # values is not empty
+        first, last = sent
         # The commit returns before the broker has written the transaction's markers, so
         # the last stable offset trails it briefly; wait, so that a read after append
         # sees the batch as it would on the file log.
-        await wait_stable(self._consumer, self._tp, int(last.offset) + 1)
-        return int(first.offset)
+        await wait_stable(self._consumer, self._tp, last + 1)
+        return first
 
     def close(self) -> None:
         """Stop the producer and the consumer (idempotent)."""

@@ -11,8 +11,9 @@ loop with aiokafka's transactional producer; faust-streaming was tried first and
    ``offsets_every_ms``, commits the intake offset to the group
    (``send_offsets_to_transaction``: for lag tools only, see below);
 4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
-   the state and writes it as a snapshot in a transaction of its own, from a second
-   producer and off the loop's path (``_write_snapshot``).
+   the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot in a
+   transaction of its own, from a second producer and off the loop's path
+   (``_write_snapshot``).
 
 A snapshot is consistent with the ledger offset it records because it is encoded between
 two micro-batches, right after the commit of the records it covers: it is committed
@@ -72,6 +73,7 @@ from events.kafka_admin import (
     ensure_topics,
     new_consumer,
     new_producer,
+    send_records,
     start_client,
 )
 from events.kafkalog import end_offset_of, read_records
@@ -353,6 +355,7 @@ class SchedulerService:
         self._snap_producer: Any = None
         """Writes snapshots, in transactions of their own (see the module docstring)."""
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._encoding: EncodedElsewhere | None = None
         self._offsets_at = 0.0
         """``time.monotonic()`` of the last transaction that committed the group offset."""
         self._since_tidy = 0
@@ -540,6 +543,9 @@ class SchedulerService:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+        encoding, self._encoding = self._encoding, None
+        if encoding is not None:
+            encoding.abandon()
         producer, self._snap_producer = self._snap_producer, None
         if producer is not None:
             with contextlib.suppress(Exception):
@@ -624,19 +630,14 @@ class SchedulerService:
                     # The revocation check found the fence while this batch waited.
                     raise self.fenced
                 async with producer.transaction():
-                    futures = []
-                    last = len(ledger) - 1
-                    for i, env in enumerate(ledger):
-                        headers = tail if i == last else None
-                        futures.append(
-                            await producer.send(
-                                s.ledger,
-                                encode_envelope(env),
-                                key=domain,
-                                partition=self.partition,
-                                headers=headers,
-                            )
-                        )
+                    sent = await send_records(
+                        producer,
+                        s.ledger,
+                        self.partition,
+                        domain,
+                        [encode_envelope(env) for env in ledger],
+                        tail,
+                    )
                     for dl in dead:
                         await producer.send(
                             s.deadletters,
@@ -644,9 +645,8 @@ class SchedulerService:
                             key=domain,
                             partition=self.partition,
                         )
-                    if futures:
-                        last_md = (await asyncio.gather(*futures))[-1]
-                        self.ledger_next = int(last_md.offset) + 1
+                    if sent is not None:
+                        self.ledger_next = sent[1] + 1
                         self.records += len(ledger)
                         self.records_since_snapshot += len(ledger)
                     now = time.monotonic()
@@ -697,22 +697,33 @@ class SchedulerService:
             return
         if self._snapshot_task is not None and not self._snapshot_task.done():
             return  # the previous one is still being written: try after the next batch
-        started = time.perf_counter()
-        data = encode_snapshot(
-            self.config.domain, self.state, self.ledger_next, self.intake_next, self.records
+        # Forked here, between two micro-batches: the child sees exactly the committed
+        # ledger's state up to ledger_next.
+        domain, state, ledger_next = self.config.domain, self.state, self.ledger_next
+        intake_next, records = self.intake_next, self.records
+        self._encoding = EncodedElsewhere(
+            lambda: encode_snapshot(domain, state, ledger_next, intake_next, records)
         )
         self.records_since_snapshot = 0
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(self._encoding, ledger_next))
+
+    async def _write_snapshot(self, encoding: EncodedElsewhere, ledger_next: int) -> None:
+        """Wait for the snapshot's bytes (``EncodedElsewhere``) and write them in one
+        transaction; a failure is logged and retried after the next micro-batch (fenced:
+        this instance stops, as for the ledger)."""
+        started = time.perf_counter()
+        try:
+            data = await encoding.result()
+        except OSError as exc:
+            log.warning("snapshot at ledger %d not encoded (%s); trying again", ledger_next, exc)
+            self.records_since_snapshot = self.config.snapshot_every
+            return
         log.info(
-            "snapshot at ledger %d: %d bytes encoded in %.1f ms",
-            self.ledger_next,
+            "snapshot at ledger %d: %d bytes encoded in %.1f ms, off the loop",
+            ledger_next,
             len(data),
             (time.perf_counter() - started) * 1000,
         )
-        self._snapshot_task = asyncio.create_task(self._write_snapshot(data, self.ledger_next))
-
-    async def _write_snapshot(self, data: bytes, ledger_next: int) -> None:
-        """One transaction holding one snapshot; a failure is logged and retried after the
-        next micro-batch (fenced: this instance stops, as for the ledger)."""
         producer = self._snap_producer
         if producer is None:
             return
@@ -760,6 +771,79 @@ class SchedulerService:
             await writer.drain()
         finally:
             writer.close()
+
+
+class EncodedElsewhere:
+    """``encode()``, computed in a child forked at construction while this process's loop
+    goes on: ``await result()`` for the bytes, ``abandon()`` to give them up.
+
+    A snapshot of a large state takes hundreds of milliseconds to encode (about 0.3 s at
+    35,000 jobs), and on the loop every decision in flight would wait that long: the tail
+    of intake-to-decision latency. The child sees the state as it is at the fork
+    (copy-on-write), writes the bytes to a pipe and exits; the parent reads them on a
+    worker thread. Where ``fork`` does not exist the bytes are encoded at once, here."""
+
+    def __init__(self, encode: Callable[[], bytes]) -> None:
+        self.data: bytes | None = None
+        self.pid = 0
+        self.fd = -1
+        if not hasattr(os, "fork"):
+            self.data = encode()
+            return
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: encode, write, exit without running the parent's code
+            status = 1
+            try:
+                gc.disable()  # collections would touch (and copy) every shared page
+                os.close(read_end)
+                view = memoryview(encode())
+                while view:
+                    view = view[os.write(write_end, view) :]
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        self.pid, self.fd = pid, read_end
+
+    async def result(self) -> bytes:
+        """The bytes; ``OSError`` if the child failed."""
+        if self.data is not None:
+            return self.data
+        pid, fd, self.pid, self.fd = self.pid, self.fd, 0, -1
+        loop = asyncio.get_running_loop()
+        try:
+            data, status = await loop.run_in_executor(None, _collect, fd, pid)
+        except asyncio.CancelledError:
+            # The worker thread sees the pipe's end once the child is gone, and reaps it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            raise
+        if status != 0:
+            raise OSError(f"the snapshot encoder (pid {pid}) ended with wait status {status}")
+        self.data = data
+        return data
+
+    def abandon(self) -> None:
+        """Stop a child whose bytes were never asked for, and reap it."""
+        pid, fd, self.pid, self.fd = self.pid, self.fd, 0, -1
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.close(fd)
+            os.waitpid(pid, 0)
+
+
+def _collect(fd: int, pid: int) -> tuple[bytes, int]:
+    """Read a pipe to its end, close it, and reap the child that wrote it."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return b"".join(chunks), status
 
 
 def run_service(config: ServiceConfig) -> int:
