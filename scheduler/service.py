@@ -7,9 +7,9 @@ loop with aiokafka's transactional producer; faust-streaming was tried first and
 1. decodes and validates each record; a refused one becomes a dead letter,
 2. applies the accepted ones and runs one ``cycle`` (the engine's order),
 3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
-   domain's ledger partition and the dead letters, and, at most every
-   ``offsets_every_ms``, commits the intake offset to the group
-   (``send_offsets_to_transaction``: for lag tools only, see below);
+   domain's ledger partition and the dead letters; after it, at most every
+   ``offsets_every_ms``, the intake offset is committed to the group (for lag tools only,
+   see below);
 4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
    the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot in a
    transaction of its own, from a second producer and off the loop's path
@@ -312,10 +312,10 @@ class ServiceConfig:
     heap_full_every_s: float = 600.0
     """Seconds between full collections of the whole heap, frozen part included."""
     offsets_every_ms: int = 1000
-    """Commit the intake position to the consumer group in at most one transaction per this
-    many ms. Two of a transaction's broker round trips go to it, and nothing of the service
-    reads it back (a new owner takes its position from the ledger's ``intake-next``
-    header): it is there for lag tools, to which it may lag by this much."""
+    """Commit the intake position to the consumer group at most once per this many ms,
+    after a micro-batch's transaction. Nothing of the service reads it back (a new owner
+    takes its position from the ledger's ``intake-next`` header): it is there for lag
+    tools, to which it may lag by this much."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -357,7 +357,8 @@ class SchedulerService:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._encoding: EncodedElsewhere | None = None
         self._offsets_at = 0.0
-        """``time.monotonic()`` of the last transaction that committed the group offset."""
+        """``time.monotonic()`` of the last commit of the intake position to the group."""
+        self._offsets_task: asyncio.Task[None] | None = None
         self._since_tidy = 0
         """Intake records since the heap was last tidied."""
         self._full_gc_at = 0.0
@@ -413,6 +414,10 @@ class SchedulerService:
                 await self._step()
         finally:
             await self._stop_snapshots()
+            if self._offsets_task is not None:
+                self._offsets_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._offsets_task
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
             if self._producer is not None:
@@ -595,6 +600,7 @@ class SchedulerService:
         if not self.active:
             return  # the transaction failed and the service stood down to restore
         self.intake_next = intake_next
+        self._maybe_commit_offsets()
         self._maybe_snapshot()
         self._since_tidy += len(msgs)
         if self._since_tidy >= self.config.heap_every:
@@ -649,12 +655,6 @@ class SchedulerService:
                         self.ledger_next = sent[1] + 1
                         self.records += len(ledger)
                         self.records_since_snapshot += len(ledger)
-                    now = time.monotonic()
-                    if now - self._offsets_at >= self.config.offsets_every_ms / 1000:
-                        await producer.send_offsets_to_transaction(
-                            {self.tp: intake_next}, s.transactional_id(self.config.domain)
-                        )
-                        self._offsets_at = now
         except ProducerFenced as exc:
             self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
             raise self.fenced from exc
@@ -667,6 +667,28 @@ class SchedulerService:
                 raise self.fenced from exc
             self.active = False
             await self._step_down()
+
+    def _maybe_commit_offsets(self) -> None:
+        """Commit the intake position to the consumer group, at most every
+        ``offsets_every_ms`` and outside the ledger's transactions, for lag tools.
+
+        Nothing of the service reads it back (a new owner takes its position from the
+        ledger's ``intake-next`` header), so it need not be atomic with the records; inside
+        a micro-batch's transaction it cost that transaction two more broker round trips.
+        It is made after the commit, so it never runs ahead of the committed ledger."""
+        now = time.monotonic()
+        if now - self._offsets_at < self.config.offsets_every_ms / 1000:
+            return
+        if self._offsets_task is not None and not self._offsets_task.done():
+            return
+        self._offsets_at = now
+        self._offsets_task = asyncio.create_task(self._commit_offsets(self.intake_next))
+
+    async def _commit_offsets(self, intake_next: int) -> None:
+        try:
+            await self._consumer.commit({self.tp: intake_next})
+        except KafkaError as exc:  # a rebalance in between: the next owner commits its own
+            log.debug("intake position %d not committed to the group (%s)", intake_next, exc)
 
     def _tidy_heap(self) -> None:
         """Collect what is new on the heap and freeze the survivors (``gc.freeze``).
