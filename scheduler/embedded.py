@@ -66,6 +66,7 @@ class EmbeddedRunner:
         batch_max: int = 2000,
         poll_s: float = 0.02,
         max_skew_ms: int = 60_000,
+        policy: str = "gpuledger",
     ) -> None:
         """Open (or create) the ledger, rebuild the state from it, load intake positions.
 
@@ -75,6 +76,7 @@ class EmbeddedRunner:
         self.ledger_path = Path(ledger)
         self.state_path = self.ledger_path.with_name(self.ledger_path.name + ".runner.json")
         self.dead_path = self.ledger_path.with_name(self.ledger_path.name + ".deadletters.jsonl")
+        self.policy = policy
         self.batch_max = batch_max
         self.poll_s = poll_s
         self.writer = FileLedger.open(self.ledger_path)
@@ -105,14 +107,17 @@ class EmbeddedRunner:
             if not result.ok:
                 raise LedgerError(f"{self.ledger_path}: does not replay: {result.mismatch}")
             self.engine.state = result.state
+            if result.state.policy != self.policy:
+                self._start_ledger()  # a ledger kept under another policy: record the switch
         else:
             self._start_ledger()
 
     def _start_ledger(self) -> None:
-        """A new ledger starts with the live policy, so that a replay knows it."""
+        """Record the live policy: a new ledger starts with it, so that a replay knows it."""
+        policy = self.policy
         now = wall_ms()
         self._commit_then(
-            dict(self.positions), lambda: self.engine.run_step([(live_policy(), now)], now)
+            dict(self.positions), lambda: self.engine.run_step([(live_policy(policy), now)], now)
         )
 
     def close(self) -> None:

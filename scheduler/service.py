@@ -303,6 +303,9 @@ class ServiceConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     """Address the Prometheus endpoint listens on (``0.0.0.0`` inside a container)."""
+    policy: str = "gpuledger"
+    """The policy to schedule with (``scheduler.core.POLICIES``): recorded first on a new
+    ledger, and recorded again at take-over when the ledger's differs (a switch)."""
     max_skew_ms: int = 60_000
     """An intake record stamped further ahead of the scheduler's clock is dead-lettered."""
     heap_every: int = 2000
@@ -567,9 +570,10 @@ class SchedulerService:
         started = time.perf_counter()
         inputs: list[Input | Refusal] = []
         now = wall_ms()
-        if self.ledger_next == 0:
-            # A new ledger starts with the live policy, so that a replay knows it.
-            inputs.append((live_policy(), now))
+        if self.ledger_next == 0 or self.state.policy != self.config.policy:
+            # A new ledger starts with the live policy, so that a replay knows it; a
+            # ledger kept under another policy records the switch first.
+            inputs.append((live_policy(self.config.policy), now))
         first = len(inputs)
         for m in msgs:
             try:

@@ -45,7 +45,7 @@ SECURITY_VALUES: dict[str, Any] = {
         "secret": {"name": "gpuledger-kafka"},
     },
     "projector": {"persistence": {"enabled": True, "size": "5Gi"}},
-    "scheduler": {"extraArgs": ["--session-timeout-ms", "5000"]},
+    "scheduler": {"policy": "kai", "extraArgs": ["--session-timeout-ms", "5000"]},
 }
 VALUES = {"default": {}, "security": SECURITY_VALUES}
 
@@ -355,6 +355,7 @@ def test_kafka_settings_reach_every_component(helm: Helm, tmp_path: Path, name: 
     assert args["scheduler"][:2] == ["scheduler", "run"]
     assert arg(args["scheduler"], "--bootstrap") == bootstrap
     assert arg(args["scheduler"], "--prefix") == prefix
+    assert arg(args["scheduler"], "--policy") == ("kai" if name == "security" else "gpuledger")
     assert args["clock"][:1] == ["clock"]
     assert (arg(args["clock"], "--bootstrap"), arg(args["clock"], "--prefix")) == (
         bootstrap,

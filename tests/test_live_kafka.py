@@ -23,7 +23,7 @@ import duckdb
 import msgspec
 import pytest
 
-from events.codec import Envelope, decode_envelope, encode_envelope, wrap
+from events.codec import Envelope, decode_envelope, decode_event, encode_envelope, wrap
 from events.kafka_admin import KafkaSettings, new_consumer, run_sync
 from events.kafkalog import KafkaReader, end_offset_of, read_records
 from events.model import (
@@ -32,6 +32,7 @@ from events.model import (
     JobSubmitted,
     NodeRegistered,
     PodSpec,
+    PolicyConfigured,
     QueueConfigured,
     Resources,
     Tick,
@@ -131,12 +132,17 @@ def ledger_envelopes(s: KafkaSettings) -> list[Envelope]:
 
 
 def ledger_inputs(s: KafkaSettings) -> list[tuple[str, bytes]]:
-    """The ledger's inputs as (type, payload), without the policy the service records first
-    on a new ledger. The service stamps inputs with its own clock, so ``at`` differs from
-    the producer's; everything else is the intake record as sent."""
+    """The ledger's inputs as (type, payload), without the policies the service records
+    itself (first on a new ledger, and a switch; these tests send none). The service stamps
+    inputs with its own clock, so ``at`` differs from the producer's; everything else is
+    the intake record as sent."""
     envs = ledger_envelopes(s)
     assert envs[0].type == "policy_configured", "a new ledger starts with the live policy"
-    return [(e.type, bytes(e.payload)) for e in envs[1:] if e.type not in DECISION_TAGS]
+    return [
+        (e.type, bytes(e.payload))
+        for e in envs
+        if e.type not in DECISION_TAGS and e.type != "policy_configured"
+    ]
 
 
 def intake_inputs(s: KafkaSettings) -> list[tuple[str, bytes]]:
@@ -191,7 +197,8 @@ def assert_exactly_once_and_replays(s: KafkaSettings) -> None:
     with KafkaReader(s.bootstrap, s.ledger, security=s.security) as reader:
         result = replay(reader)
     assert result.ok, result.mismatch and result.mismatch.diff()
-    assert result.inputs == len(intake) + 1  # and the live policy
+    recorded = sum(e.type == "policy_configured" for e in ledger_envelopes(s))
+    assert result.inputs == len(intake) + recorded  # and the policies the service recorded
 
 
 def test_end_to_end_submit_allocate_replay_project(
@@ -557,3 +564,24 @@ def test_snapshot_plus_tail_equals_full_replay(
     state, _, intake_next, _ = restored
     assert state_bytes(state) == state_bytes(full.state)
     assert intake_next == read_all(s, s.intake)[-1][0] + 1
+
+
+def test_the_service_records_its_policy_and_a_switch(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    s = settings
+
+    def policies() -> list[str]:
+        events = [decode_event(e) for e in ledger_envelopes(s)]
+        return [e.policy for e in events if isinstance(e, PolicyConfigured)]
+
+    first = start(services, s, tmp_path, "--policy", "kai")
+    cluster(s)
+    wait_for(lambda: caught_up(s), 30, "the scheduler")
+    assert policies() == ["kai"], "a new ledger starts with the policy asked for"
+    first.stop()
+    start(services, s, tmp_path)  # the default policy, on the same ledger
+    send_events(s, "default", [job("after-switch")])
+    wait_for(lambda: caught_up(s), 30, "the second scheduler")
+    assert policies() == ["kai", "gpuledger"], "another policy is recorded as a switch"
+    assert_exactly_once_and_replays(s)

@@ -106,3 +106,22 @@ def test_refusals_keep_their_place_in_the_batch() -> None:
     assert result.accepted == 1
     assert [e.type for e in result.records] == ["queue_configured", "cycle_completed"]
     assert all(e.at == 5 for e in result.records), "inputs recorded at the runner's clock"
+
+
+def test_the_embedded_loop_records_its_policy_and_a_switch(tmp_path: Path) -> None:
+    intake, ledger = tmp_path / "intake", tmp_path / "ledger"
+    intake.mkdir()
+
+    def policies() -> list[str]:
+        events = [decode_event(e, o) for o, e in LedgerDirReader(ledger).read()]
+        return [e.policy for e in events if isinstance(e, PolicyConfigured)]
+
+    EmbeddedRunner(intake, ledger, policy="kai").close()
+    assert policies() == ["kai"], "a new ledger starts with the policy asked for"
+    EmbeddedRunner(intake, ledger, policy="kai").close()
+    assert policies() == ["kai"], "the same policy again records nothing"
+    runner = EmbeddedRunner(intake, ledger)
+    runner.close()
+    assert policies() == ["kai", "gpuledger"], "another policy is recorded as a switch"
+    assert runner.engine.state.policy == "gpuledger"
+    assert replay_run(LedgerDirReader(ledger)).ok

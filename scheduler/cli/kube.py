@@ -22,7 +22,7 @@ from scheduler.cli.errors import (
     open_ledger,
     refuse_kafka_url,
 )
-from scheduler.cli.live import add_security_arguments, security_of
+from scheduler.cli.live import add_policy_flag, add_security_arguments, security_of
 
 if TYPE_CHECKING:
     from scheduler.kube.transport import Deployment
@@ -167,7 +167,7 @@ def _schedule(args: argparse.Namespace) -> int:
         )
     stop = _stop_on_signals()
     with ledger_errors():
-        runner = EmbeddedRunner(args.intake, args.ledger)
+        runner = EmbeddedRunner(args.intake, args.ledger, policy=args.policy)
     try:
         stats = runner.run(stop.is_set)
     finally:
@@ -227,6 +227,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--intake", required=True, help="intake directory to follow (not kafka://)")
     p.add_argument("--ledger", required=True, help="ledger directory to append to (not kafka://)")
+    add_policy_flag(p)
     p.set_defaults(func=_with_logging(_schedule))
 
 

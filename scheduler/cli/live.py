@@ -21,6 +21,7 @@ from events.kafka_admin import DEFAULT_BOOTSTRAP, DEFAULT_DOMAIN, DEFAULT_PREFIX
 from events.kafka_security import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaLogError, KafkaSecurity
 from events.model import Event, Tick
 from scheduler.cli.errors import CliError, kafka_errors
+from scheduler.core.policy import POLICIES
 from scheduler.intake import read_dead_letters, send_events, send_intake
 
 
@@ -54,6 +55,17 @@ class _RefusePassword(argparse.Action):
             "other users of the machine; use --sasl-password-file FILE or "
             "GPULEDGER_KAFKA_SASL_PASSWORD_FILE / GPULEDGER_KAFKA_SASL_PASSWORD"
         )
+
+
+def add_policy_flag(p: argparse.ArgumentParser) -> None:
+    """``--policy`` of the live schedulers (``scheduler run``, ``kube schedule``)."""
+    p.add_argument(
+        "--policy",
+        default="gpuledger",
+        choices=POLICIES,
+        help="policy to schedule with (default gpuledger); recorded on a new ledger, and "
+        "recorded as a switch on a ledger kept under another",
+    )
 
 
 def add_security_arguments(p: argparse.ArgumentParser) -> None:
@@ -149,6 +161,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=60.0,
         help="dead-letter intake stamped more than this ahead of the scheduler's clock",
     )
+    add_policy_flag(run)
     run.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     run.set_defaults(func=kafka_errors(_run))
 
@@ -205,6 +218,7 @@ def _run(args: argparse.Namespace) -> int:
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             max_skew_ms=round(args.max_skew_s * 1000),
+            policy=args.policy,
         )
     )
 
