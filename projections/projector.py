@@ -333,6 +333,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DELETE FROM projection_offsets WHERE projection = 'queue_shares'",
         *SHARE_VIEW_DDL,
     ),
+    (
+        # Why-pending reasons carry their cause (events schema 6): jobs and pods (one
+        # fold writes both) are folded again from the start, so that every row has it.
+        "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS unschedulable_cause TEXT",
+        "DELETE FROM projection_offsets WHERE projection IN ('jobs', 'pods')",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -468,7 +474,7 @@ _JOB_STATE_SCHEMA = schema(
     "gpu_milli:int64 submitted_at_ms:int64 submitted_offset:int64 "
     "updated_offset:int64 ready_at_ms:int64 finished_at_ms:int64 status:string "
     "preemptions:int32 lost_gpu_ms:int64 unschedulable_reason:string "
-    "started_pods:int32 finished_pods:int32 failed_pods:int32"
+    "unschedulable_cause:string started_pods:int32 finished_pods:int32 failed_pods:int32"
 )
 _JOB_STATE_COLUMNS: tuple[str, ...] = tuple(_JOB_STATE_SCHEMA.names)
 # The batch carries the two durations as ``scheduler.outcomes`` defines them, too.

@@ -163,6 +163,8 @@ class JobOutcome:
     preemptions: int = 0
     lost_gpu_ms: int = 0
     unschedulable_reason: str | None = None
+    unschedulable_cause: str | None = None
+    """The latest reason's cause (``scheduler.core.reasons``: never_fits, quota, share, …)."""
     started_pods: int = 0
     """Pods started in the current attempt (as are the next two)."""
     finished_pods: int = 0
@@ -378,6 +380,7 @@ class OutcomeFold:
             changed = True
         if isinstance(event, JobUnschedulable) and before.status == PENDING:
             outcome.unschedulable_reason = event.reason
+            outcome.unschedulable_cause = event.cause or None
             changed = True
         if status != before.status:
             if before.status == PENDING:

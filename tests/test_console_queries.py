@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from events.codec import decode_event
+from events.model import JobUnschedulable
 from events.sources import open_reader
 from projections.console import queries
 from projections.projector import project
@@ -100,3 +102,33 @@ def test_queue_rows_add_up(con: duckdb.DuckDBPyConnection) -> None:
     assert record is not None and record["offset"] == 0
     assert queries.record(con, 10**9) is None
     assert queries.job_detail(con, "no-such-job") is None
+
+
+def test_the_cause_column_is_the_latest_reasons_cause(
+    con: duckdb.DuckDBPyConnection, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # the same ledger the fixture projected, folded here by hand
+    out = tmp_path_factory.mktemp("causes")
+    subprocess.run(
+        [GPULEDGER, "example", "fintech", "--out", str(out)], check=True, capture_output=True
+    )
+    reader = open_reader(out / "fintech" / "gpuledger" / "ledger")
+    latest: dict[str, str] = {}
+    try:
+        for offset, env in reader.read():
+            event = decode_event(env, offset)
+            if isinstance(event, JobUnschedulable):
+                latest[event.job] = event.cause
+    finally:
+        reader.close()
+    assert len(set(latest.values())) >= 2, "the example gives reasons of several causes"
+    rows = dict(con.execute("SELECT job, unschedulable_cause FROM jobs").fetchall())
+    assert {job: cause for job, cause in rows.items() if cause is not None} == latest
+
+    pending = dict(
+        con.execute("SELECT job, unschedulable_cause FROM jobs WHERE status = 'pending'").fetchall()
+    )
+    for cause in set(latest.values()):
+        page = queries.jobs_page(con, queries.JobFilter(cause=cause, per_page=500))
+        assert {r["job"] for r in page["rows"]} == {j for j, c in pending.items() if c == cause}
+        assert all(r["cause"] == cause for r in page["rows"])

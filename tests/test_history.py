@@ -264,13 +264,28 @@ def test_a_version_2_database_gets_queue_shares_as_intervals(tmp_path: Path) -> 
     con.execute("DELETE FROM projection_state")
     con.execute("ALTER TABLE projection_state DROP COLUMN last_minute")
     con.execute("INSERT INTO projection_state VALUES ('queue_shares', 'py3.11;State:…', ?)", [b"x"])
-    con.execute("DELETE FROM schema_version WHERE version = 3")
+    con.execute("DELETE FROM schema_version WHERE version >= 3")
     con.close()
     stats = project(reader, db)
     assert stats.events_read == len(reader.records)  # queue_shares is refolded from 0
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
     (fmt,) = rows(db, "SELECT format FROM projection_state")
     assert fmt == {"format": "gpuledger-snapshot-2"}
+
+
+def test_a_version_3_database_gets_the_cause_of_every_reason(tmp_path: Path) -> None:
+    reader = workload()
+    project(reader, tmp_path / "fresh.duckdb")
+    db = tmp_path / "p.duckdb"
+    project(ListReader(reader.records[:150]), db)
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE jobs DROP COLUMN unschedulable_cause")
+    con.execute("DELETE FROM schema_version WHERE version = 4")
+    con.close()
+    project(reader, db)
+    assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
+    causes = rows(db, "SELECT count(unschedulable_cause) AS n FROM jobs")
+    assert causes[0]["n"] > 0, "the workload's jobs waited with reasons"
 
 
 def test_the_core_ignores_utilisation_samples() -> None:

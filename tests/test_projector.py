@@ -32,7 +32,7 @@ from events.model import (
     Tick,
 )
 from projections import projector
-from projections.projector import ProjectStats, SchemaError, connect, project
+from projections.projector import SCHEMA_VERSION, ProjectStats, SchemaError, connect, project
 
 # --------------------------------------------------------------------------- helpers
 
@@ -194,7 +194,12 @@ def workload(seed: int = 7, jobs: int = 60) -> ListReader:
             put(t + rnd.randint(1, 5000), JobCancelled(job=name))
             continue
         if kind < 0.15:
-            put(t + 10, JobUnschedulable(job=name, queue=queue, reason="too big", final=True))
+            put(
+                t + 10,
+                JobUnschedulable(
+                    job=name, queue=queue, reason="too big", final=True, cause="never_fits"
+                ),
+            )
             continue
         attempts = 2 if kind < 0.35 else 1
         for attempt in range(attempts):
@@ -632,7 +637,8 @@ def test_rebuild_equals_fresh(tmp_path: Path) -> None:
         project(prefix(reader, 10), db)  # the database is ahead of this ledger
     project(reader, db, rebuild=True)
     assert snapshot(db) == snapshot(tmp_path / "fresh.duckdb")
-    assert query(db, "SELECT version FROM schema_version ORDER BY version") == [(1,), (2,), (3,)]
+    versions = [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    assert query(db, "SELECT version FROM schema_version ORDER BY version") == versions
 
 
 # --------------------------------------------------------------------------- raw events

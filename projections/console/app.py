@@ -345,6 +345,7 @@ def build_app(console: Console) -> Starlette:
             status=q.get("status", ""),
             priority_class=q.get("priority_class", ""),
             namespace=q.get("namespace", ""),
+            cause=q.get("cause", ""),
             submitted_from_s=parse_at(lo, wall, origin) / 1000 if lo else None,
             submitted_to_s=parse_at(hi, wall, origin) / 1000 if hi else None,
             page=_int_param(request, "page", 1),

@@ -111,14 +111,17 @@ class JobFilter:
     status: str = ""
     priority_class: str = ""
     namespace: str = ""
+    cause: str = ""
+    """A pending job's why-pending cause (``jobs.unschedulable_cause``)."""
     submitted_from_s: float | None = None
     submitted_to_s: float | None = None
     page: int = 1
     per_page: int = 50
 
 
-JOB_FILTERS = ("queue", "status", "priority_class", "namespace")
-"""Text filters of the Jobs page, each an exact match on the column of the same name."""
+JOB_FILTERS = ("queue", "status", "priority_class", "namespace", "cause")
+"""Text filters of the Jobs page, each an exact match on the column of the same name
+(``cause``: on a pending job's ``unschedulable_cause``)."""
 
 # A live job is named ``namespace/group`` (scheduler.kube.mapping); a simulated one has no
 # namespace. ``jobs`` has no namespace column, so it is derived from the name here.
@@ -141,6 +144,9 @@ def jobs_page(con: Any, flt: JobFilter) -> dict[str, Any]:
     if flt.namespace:
         where.append(f"{_NAMESPACE} = ?")
         params.append(flt.namespace)
+    if flt.cause:
+        where.append("status = 'pending' AND unschedulable_cause = ?")
+        params.append(flt.cause)
     if flt.submitted_from_s is not None:
         where.append("submitted_at_s >= ?")
         params.append(flt.submitted_from_s)
@@ -156,6 +162,7 @@ def jobs_page(con: Any, flt: JobFilter) -> dict[str, Any]:
         f"SELECT job, queue, {_NAMESPACE} AS namespace, priority_class, status, pods, gpus, "  # noqa: S608  # as above
         "submitted_at_s, submitted_at_ms, time_to_ready_s, completion_s, preemptions, "
         "CASE WHEN status = 'pending' THEN unschedulable_reason END AS reason, "
+        "CASE WHEN status = 'pending' THEN unschedulable_cause END AS cause, "
         f"submitted_offset FROM jobs {clause} "
         "ORDER BY submitted_at_ms DESC, job LIMIT ? OFFSET ?",
         [*params, per_page, (page - 1) * per_page],
