@@ -207,7 +207,8 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     queues' order is preserved; **quota reclaim** — the reclaiming queue stays within its
     deserved quota and takes only from queues above their deserved quota. Both checks hold
     at the leaves and again where the two queues' branches meet (the siblings below their
-    lowest common ancestor), so a subtree is not drained below its own share.
+    lowest common ancestor; a top-level leaf is its own side there), so a subtree is not
+    drained below its own share.
 
     Each resource the job asks for is judged on its own (``reclaim_resources``), and a
     victim by what it frees of them (``_judged``): its GPUs when it holds GPUs the job
@@ -241,7 +242,9 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     for leaf in _givers(s.state, shares, takers):
         pairs = [(queue, s.state.queues[leaf])]
         branches = _lowest_common_children(s.state, queue.name, leaf)
-        if branches is not None and branches[0] is not queue:
+        # Where the branches meet is judged even when one side is a top-level leaf itself
+        # (KAI-Scheduler's leveled queues); only two top-level leaves meet at the leaves.
+        if branches is not None and (branches[0] is not queue or branches[1].name != leaf):
             pairs.append(branches)
         levels_of[leaf] = [
             (theirs.name, t.resource, *most_taken(shares, _leveled(shares, t, mine), mine, theirs))
@@ -350,8 +353,7 @@ class _Take:
                     self.clipped = True
                 continue
             if together:
-                for name, resource, _, _ in levels:
-                    taken[(name, resource)] += judged[resource]
+                _count(levels, taken, judged)
             else:
                 self.judged[victim.job] = (levels, judged)
             allowed.append(victim)
@@ -367,8 +369,7 @@ class _Take:
             levels = self.judged[job_id][0]
             if not _within(levels, taken, judged):
                 return False
-            for name, resource, _, _ in levels:
-                taken[(name, resource)] += judged[resource]
+            _count(levels, taken, judged)
         return True
 
     def _ordered(
@@ -439,6 +440,16 @@ def _within(
         if not (already + amount <= fair or already < above):
             return False
     return True
+
+
+def _count(
+    levels: list[Level], taken: dict[tuple[str, int], int], judged: tuple[int, int, int]
+) -> None:
+    """Count a victim taken against each queue and resource its levels judge, once each:
+    a top-level victim queue is both its own leaf and where the branches meet, judged
+    twice (for the taker's leaf and for its side there) but giving the victim once."""
+    for key in dict.fromkeys((name, resource) for name, resource, _, _ in levels):
+        taken[key] += judged[key[1]]
 
 
 def _advance(heap: list[_Stream], following: VictimItem | None) -> None:
