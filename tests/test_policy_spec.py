@@ -1327,10 +1327,37 @@ VICTIM_LIMITS = [
     case(
         "a-job-that-started-by-reclaim-may-be-reclaimed-after-the-hysteresis",
         *_B_RECLAIMS_BACK,
-        # (the end of a hysteresis schedules no cycle: a new job asks for one)
         (610, job("b9", "b", gpus=1)),  # exactly 600 s after a1 reclaimed
         then={"preempted": [("a1", "reclaim", "b2")], "placed": ["b2", "b3"]},
         reclaim_hysteresis_ms=600_000,
+    ),
+    case(
+        # nothing happens after t=12: the end of the hysteresis asks for a cycle
+        # (``State.wakeup``), which a runner's tick at that time runs
+        "the-end-of-the-hysteresis-is-a-cycle-of-its-own",
+        *_B_RECLAIMS_BACK,
+        (610, Tick()),
+        then={"preempted": [("a1", "reclaim", "b2")], "placed": ["b2", "b3"]},
+        reclaim_hysteresis_ms=600_000,
+    ),
+    case(
+        # a2 is protected until 500 + 600 s; b1 waits for that moment, not for an input
+        "the-end-of-a-reclaim-min-runtime-is-a-cycle-of-its-own",
+        _RECLAIM_AFTER_600,
+        (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
+        (500, started("a1"), started("a2")),
+        (700, job("b1", "b", gpus=8)),
+        (1100, Tick()),
+        then={"preempted": [("a2", "reclaim", "b1")], "placed": ["b1"]},
+    ),
+    case(
+        "the-end-of-a-preempt-min-runtime-is-a-cycle-of-its-own",
+        _PREEMPT_AFTER_300,
+        (0, job("low", "a", gpus=8)),
+        (1, started("low")),
+        (100, job("hi", "a", gpus=8, cls="build-preemptible")),
+        (301, Tick()),
+        then={"preempted": [("low", "preempt", "hi")], "placed": ["hi"]},
     ),
     case(
         "without-hysteresis-a-job-that-started-by-reclaim-is-reclaimed-back-at-once",
