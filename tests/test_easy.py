@@ -25,7 +25,8 @@ def placed(decisions: list) -> dict[str, dict[str, str]]:  # type: ignore[type-a
 
 def busy_world() -> World:
     """Two 4-GPU nodes; a 3-GPU job on n1 expected to run 100 s, a 3-GPU job on n2 expected
-    to run 1,000 s (neither has reported running: their expected ends count from now)."""
+    to run 1,000 s (neither has reported running: their expected ends count from their
+    placement at 0 s)."""
     w = World(node("n1", gpus=4), node("n2", gpus=4), queue("a"), queue("b"), policy="easy")
     w.at(0, job("r1", "a", gpus=3, runtime_s=100), job("r2", "b", gpus=3, runtime_s=1000))
     return w
@@ -33,22 +34,23 @@ def busy_world() -> World:
 
 def test_the_first_job_that_does_not_fit_reserves_and_later_jobs_keep_off_its_nodes() -> None:
     w = busy_world()
-    # "big" needs a whole 4-GPU node: n1 frees first (at 1 + 100 s), so n1 is reserved.
+    # "big" needs a whole 4-GPU node: n1 frees first (at 0 + 100 s), so n1 is reserved.
     got = w.at(1, job("big", "a", gpus=4, runtime_s=500), job("long", "b", gpus=1))
     assert "big" not in placed(got)
     # 'long' has no expected runtime: it may not run on the reserved n1, but n2 has room.
     assert placed(got) == {"long": {"long-0": "n2"}}
-    assert w.state.reserved == {"n1": 101_000}
+    assert w.state.reserved == {"n1": 100_000}
 
 
 def test_a_job_that_ends_before_the_reservation_starts_backfills_onto_its_nodes() -> None:
     w = World(node("n1", gpus=4), node("n2", gpus=4), queue("a"), queue("b"), policy="easy")
     w.at(0, job("r1", "a", gpus=2, runtime_s=100), job("r2", "b", gpus=4, runtime_s=1000))
-    # n1 has 2 GPUs free and frees whole at 2 + 100 s: reserved for "big".
+    # n1 has 2 GPUs free and frees whole at 0 + 100 s (r1 was placed at 0 s): reserved
+    # for "big".
     got = w.at(2, job("big", "a", gpus=4), job("short", "b", gpus=1, runtime_s=50),
                job("too-long", "b", gpus=1, runtime_s=500), job("unknown", "b", gpus=1))  # fmt: skip
-    assert placed(got) == {"short": {"short-0": "n1"}}  # ends at 52 s, before 102 s
-    assert w.state.reserved == {"n1": 102_000}
+    assert placed(got) == {"short": {"short-0": "n1"}}  # ends at 52 s, before 100 s
+    assert w.state.reserved == {"n1": 100_000}
 
 
 def test_jobs_start_in_submission_order_across_queues_and_priorities() -> None:

@@ -1019,16 +1019,31 @@ RECLAIM = [
         then={"preempted": [], "placed": []},
     ),
     case(
-        # the same with b a top-level queue: the branches meet at b and org, and the
-        # check there is skipped because b is the reclaimer's own leaf
-        # (``reclaim_candidates``: ``branches[0] is not queue``)
+        # the same with b a top-level queue: the branches meet at b itself and org, and
+        # org is judged there although b is the reclaimer's own leaf (KAI-Scheduler's
+        # leveled queues: b and org)
         "reclaim-respects-the-branch-where-a-top-level-queue-meets-another",
         (*_ORG_HOLDS_ITS_QUOTA, queue("b", deserved=8)),
         (0, job("x", "a1", gpus=8)),
         (1, started("x")),
         (10, job("b1", "b", gpus=8)),
         then={"preempted": [], "placed": []},
-        marks=pytest.mark.xfail(reason="the branch check is skipped for a top-level reclaimer"),
+    ),
+    case(
+        # a (under org) reclaims from the top-level queue b, 2 above its quota of 2: the
+        # branches meet at org and b itself, so b is judged once per victim, not once as
+        # a leaf and again where the branches meet; both 1-GPU victims are taken
+        "reclaim-counts-a-top-level-victim-queue-once",
+        (
+            node("n1", gpus=4),
+            queue("org", deserved=4),
+            queue("a", parent="org", deserved=4),
+            queue("b", deserved=2),
+        ),
+        (0, *(job(f"b{i}", "b", gpus=1) for i in range(1, 5))),
+        (1, *(started(f"b{i}") for i in range(1, 5))),
+        (10, job("a1", "a", gpus=2)),
+        then={"preempted": [("b4", "reclaim", "a1"), ("b3", "reclaim", "a1")], "placed": ["a1"]},
     ),
     case(
         "reclaim-never-evicts-non-preemptible-work",
@@ -1312,10 +1327,37 @@ VICTIM_LIMITS = [
     case(
         "a-job-that-started-by-reclaim-may-be-reclaimed-after-the-hysteresis",
         *_B_RECLAIMS_BACK,
-        # (the end of a hysteresis schedules no cycle: a new job asks for one)
         (610, job("b9", "b", gpus=1)),  # exactly 600 s after a1 reclaimed
         then={"preempted": [("a1", "reclaim", "b2")], "placed": ["b2", "b3"]},
         reclaim_hysteresis_ms=600_000,
+    ),
+    case(
+        # nothing happens after t=12: the end of the hysteresis asks for a cycle
+        # (``State.wakeup``), which a runner's tick at that time runs
+        "the-end-of-the-hysteresis-is-a-cycle-of-its-own",
+        *_B_RECLAIMS_BACK,
+        (610, Tick()),
+        then={"preempted": [("a1", "reclaim", "b2")], "placed": ["b2", "b3"]},
+        reclaim_hysteresis_ms=600_000,
+    ),
+    case(
+        # a2 is protected until 500 + 600 s; b1 waits for that moment, not for an input
+        "the-end-of-a-reclaim-min-runtime-is-a-cycle-of-its-own",
+        _RECLAIM_AFTER_600,
+        (0, job("a1", "a", gpus=8), job("a2", "a", gpus=8)),
+        (500, started("a1"), started("a2")),
+        (700, job("b1", "b", gpus=8)),
+        (1100, Tick()),
+        then={"preempted": [("a2", "reclaim", "b1")], "placed": ["b1"]},
+    ),
+    case(
+        "the-end-of-a-preempt-min-runtime-is-a-cycle-of-its-own",
+        _PREEMPT_AFTER_300,
+        (0, job("low", "a", gpus=8)),
+        (1, started("low")),
+        (100, job("hi", "a", gpus=8, cls="build-preemptible")),
+        (301, Tick()),
+        then={"preempted": [("low", "preempt", "hi")], "placed": ["hi"]},
     ),
     case(
         "without-hysteresis-a-job-that-started-by-reclaim-is-reclaimed-back-at-once",

@@ -407,6 +407,44 @@ def test_a_reservation_moved_by_a_job_placed_first_says_so() -> None:
     )
 
 
+def test_a_reservation_resting_on_a_job_placed_but_not_started_holds_still() -> None:
+    # long is placed at t=0 but its pod does not start for 600 s (an image pull, say).
+    # The gang's reservation rests on its end: counted from its placement it stays at
+    # t=1000s through 60 cycles; counted from each cycle's time it moved at every one.
+    w = Recording(node("n1"), node("n2"), queue("big", deserved=16), queue("other"),
+                  backfill=True)  # fmt: skip
+    w.at(0, job("long", "big", gpus=8, runtime_s=1000, cls="build"))
+    w.at(2, job("gang", "big", pods=2, gpus=8, runtime_s=5000))
+    for k in range(60):
+        w.at(10 + 10 * k, job(f"o{k}", "other", gpus=8, cls="build"))  # runs a cycle
+    gang = [e for e in w.events if isinstance(e, JobUnschedulable) and e.job == "gang"]
+    assert [e.start for e in gang] == [1_000_000]
+    assert "waiting for a reservation of 2 nodes at t=1000s" in gang[0].reason
+    # Once it starts, its end counts from its start: one move, saying why.
+    w.start(600, "long")
+    w.at(605, job("o60", "other", gpus=8, cls="build"))
+    event = _last(w, "gang")
+    assert event.start == 1_600_000
+    assert (
+        "moved from t=1000s because job 'long' started only at t=600s, and its expected end "
+        "counts from its start" in event.reason
+    )
+
+
+def test_a_reservation_on_a_job_not_started_within_its_estimate_names_it() -> None:
+    w = Recording(node("n1"), queue("big", deserved=8), queue("other"), backfill=True)
+    w.at(0, job("long", "big", gpus=8, runtime_s=100, cls="build"))
+    w.at(2, job("gang", "big", gpus=8, runtime_s=5000))
+    assert _last(w, "gang").start == 100_000
+    w.at(150, job("o", "other", gpus=8, cls="build"))  # runs a cycle
+    event = _last(w, "gang")
+    assert event.start == -1
+    assert (
+        "as soon as job 'long' of queue 'big' ends (placed at t=0s and not started yet, so "
+        "past its runtime estimate, t=100s)" in event.reason
+    )
+
+
 def test_a_reservation_moved_by_a_removed_node_says_so() -> None:
     w = Recording(node("n1"), node("n2"), node("n3"), queue("q"), backfill=True)
     w.at(0, job("a", "q", gpus=8, runtime_s=1000), job("b", "q", gpus=8, runtime_s=2000))

@@ -24,7 +24,8 @@ from tests.test_ended_jobs import _World
 
 
 def _plain_ends(state: State, gpus_only: bool) -> list[tuple[int, int, str]]:
-    """Expected ends as the policy defines them: sorted afresh."""
+    """Expected ends as the policy defines them: sorted afresh. A job counts from its
+    start, placed but not started from its placement, and held only in part from now."""
     now = state.now
     found = []
     for leaf in state.leaf_queues():
@@ -36,7 +37,9 @@ def _plain_ends(state: State, gpus_only: bool) -> list[tuple[int, int, str]]:
             if runtime is None:
                 end = NEVER
             else:
-                began = job.started_at if job.started_at is not None else now
+                began = job.started_at if job.started_at is not None else job.allocated_at
+                if began is None:
+                    began = now
                 end = max(now, began + runtime - job.checkpointed_ms)
             found.append((end, job.seq, job_id))
     return sorted(found)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bench.cluster import packed, tree
 from events.model import JobPreempted, JobSubmitted, PodsAllocated, PodSpec, QueueConfigured
 from scheduler.core import State, apply, backfill, cycle, victims
-from scheduler.core.fairshare import Shares
+from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.state import Queue, Resources
 
 
@@ -85,9 +85,13 @@ def test_most_taken_is_where_may_take_stops_holding(
         assert (taking < above) == _by_quota(shares, theirs, taking, by_quota), (taking, above)
 
 
-def _reclaim_state(nodes: int, gang_pods: int) -> tuple[State, str]:
+def _reclaim_state(nodes: int, gang_pods: int, tenants_percent: int) -> tuple[State, str]:
+    """The 50-queue tree packed full, its five top-level tenants deserving
+    ``tenants_percent`` each, and a gang of ``gang_pods`` whole nodes submitted to the idle
+    top-level queue ``flagship`` (deserving 60 %)."""
     queues = [
-        msgspec.structs.replace(q, deserved_gpu_percent=8) if not q.parent else q for q in tree()
+        msgspec.structs.replace(q, deserved_gpu_percent=tenants_percent) if not q.parent else q
+        for q in tree()
     ]
     queues.append(QueueConfigured(queue="flagship", deserved_gpu_percent=60))
     state = packed(nodes, nodes * 20, 0, "gpuledger", free_share=0.0, queues=queues,
@@ -101,7 +105,14 @@ def _reclaim_state(nodes: int, gang_pods: int) -> tuple[State, str]:
 
 @pytest.mark.parametrize("gang_pods", [1, 3, 5])
 def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
-    state, flag = _reclaim_state(40, gang_pods)
+    # Each tenant deserves 1 % (3.2 of the 320 GPUs) and holds far more, so where the
+    # flagship's branch meets a tenant's (flagship and the tenant's top-level queue) every
+    # tenant is above its deserved quota and quota reclaim may take any of its jobs: where
+    # the gang lands, not the tenants' quotas, decides what it takes, which is what this
+    # checks. (With 8 % each, org4 holds 20 GPUs within its quota of 25.6 and has jobs on
+    # most nodes: reclaim takes none of them, rightly, and a 5-node gang finds no room,
+    # ``test_a_top_level_gang_takes_nothing_from_a_tenant_within_its_quota``.)
+    state, flag = _reclaim_state(40, gang_pods, 1)
     before = {j.job: [p.node for p in j.live()] for j in state.jobs.values() if j.live()}
     decisions = cycle(state, state.now)
     placed = [d for d in decisions if isinstance(d, PodsAllocated) and d.job == flag]
@@ -113,6 +124,23 @@ def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
     assert all(set(before[v.job]) & gang_nodes for v in evicted)
     under = {job for job, where in before.items() if set(where) & gang_nodes}
     assert {v.job for v in evicted} == under
+
+
+@pytest.mark.parametrize("gang_pods", [1, 3, 5])
+def test_a_top_level_gang_takes_nothing_from_a_tenant_within_its_quota(gang_pods: int) -> None:
+    """The flagship is a top-level queue: it and each tenant's top-level queue are where
+    their branches meet, and a tenant there within its deserved quota and fair share
+    (org4: 20 GPUs of its 25.6) gives nothing, whatever its leaves hold (KAI-Scheduler's
+    leveled queues). The leaves of org4 are above their own shares."""
+    state, flag = _reclaim_state(40, gang_pods, 8)
+    org4 = state.queues["org4"]
+    shares = fair_shares(state)
+    assert org4.allocated[0] <= min(shares.deserved["org4"][0], shares.fair["org4"][0])
+    decisions = cycle(state, state.now)
+    evicted = [d for d in decisions if isinstance(d, JobPreempted)]
+    assert all(state.ancestors(v.queue)[-1].name != "org4" for v in evicted)
+    placed = {d.job for d in decisions if isinstance(d, PodsAllocated)}
+    assert (flag in placed) == (gang_pods < 5)  # 5 nodes free of org4 jobs cannot be had
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

@@ -107,3 +107,35 @@ def test_backfill_beats_no_backfill_for_the_big_gang_and_the_small_jobs() -> Non
     assert on.time_to_ready_ms["big-gang"] < off.time_to_ready_ms["big-gang"]
     assert small_p90(on) < small_p90(off)
     assert "largest gang big-gang (16 GPUs)" in on.gang_summary()
+
+
+def test_the_simulator_runs_a_cycle_when_a_hysteresis_window_ends() -> None:
+    """Nothing happens after the queue edit at 12 s: b's jobs, held back only by the
+    hysteresis of the job a1 placed by reclaim at 10 s, are placed when the window ends
+    (610 s, a cycle the core asks for), not whenever the next input happens to come."""
+    from events.memlog import MemoryLedger
+    from events.model import JobSubmitted, PodsAllocated, PodSpec, PolicyConfigured
+    from replay.sim import SimJob, Simulation
+    from tests.builders import node, queue
+
+    def submitted(at_s: int, job_id: str, queue_name: str, gpus: int) -> SimJob:
+        pods = tuple(PodSpec(name=f"{job_id}-{k}", gpu_milli=1000) for k in range(gpus))
+        submission = JobSubmitted(job=job_id, queue=queue_name, pods=pods)
+        return SimJob(at_s * 1000, submission, runtime_ms=100_000_000)
+
+    world = [
+        (0, node("n1", gpus=4)),
+        (0, queue("a", deserved=2)),
+        (0, queue("b", deserved=2)),
+        (12_000, queue("a")),  # b now deserves all 4, a nothing
+        (12_000, queue("b", deserved=4)),
+    ]
+    jobs = [*(submitted(0, f"b{k}", "b", 1) for k in range(4)), submitted(10, "a1", "a", 2)]
+    policy = PolicyConfigured(policy="gpuledger", reclaim_hysteresis_ms=600_000)
+    ledger = MemoryLedger()
+    Simulation.from_inputs(world, jobs, bind_ms=0, startup_ms=0, policy=policy, writer=ledger).run()
+    records = [(env.at, decode_event(env)) for env in ledger.records]
+    preempted = [(e.job, e.preemptor, at) for at, e in records if isinstance(e, JobPreempted)]
+    assert preempted[-1] == ("a1", "b2", 610_000)
+    placed = [(e.job, at) for at, e in records if isinstance(e, PodsAllocated)]
+    assert ("b2", 610_000) in placed and ("b3", 610_000) in placed

@@ -127,12 +127,9 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
         # Held by jobs past their expected runtime: a time here would be `now` (in the
         # past by the next cycle); the job they wait for is named instead.
         late = _overrunning(state, r)
-        when = (
-            f"as soon as job '{late.job}' of queue '{late.queue}' ends (past its runtime "
-            f"estimate, {seconds(_raw_end(late))})"
-            if late is not None
-            else "as soon as overrunning jobs end"
-        )
+        when = "as soon as overrunning jobs end"
+        if late is not None:
+            when = f"as soon as job '{late.job}' of queue '{late.queue}' ends ({_past(late)})"
         return Reason(f"{nodes} {when}; smaller jobs backfill the gap", RESERVATION)
     text = f"{nodes} at {seconds(r.start)}; smaller jobs backfill the gap"
     if r.start == promise and job.reason.startswith(text):
@@ -144,9 +141,8 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
 
 def moved_because(s: Session, job: Job, r: Reservation) -> str:
     """Why the job's reservation starts later than promised: a node it counted on went,
-    a job placed in a later cycle took GPUs on its nodes, a job it waits for has not
-    started (its end counts from now) or started late, or one ran past its runtime
-    estimate."""
+    a job placed in a later cycle took GPUs on its nodes, or the jobs it waits for end
+    later (``_ends_later``)."""
     state = s.state
     since = job.promised_at
     lost_at, lost = state.node_lost
@@ -182,18 +178,33 @@ def moved_because(s: Session, job: Job, r: Reservation) -> str:
             f"job '{first.job}' of queue '{first.queue}' was placed before it "
             f"({seconds(first.allocated_at or 0)}) on GPUs it counted on"
         )
+    return _ends_later(state, r, on_nodes, since)
+
+
+def _ends_later(state: State, r: Reservation, on_nodes: list[Job], since: int) -> str:
+    """Why the jobs a reservation waits for end later than when it was promised, nothing
+    having been placed since: one started after the promise (its end counts from its
+    start, no longer from its placement), or one ran past its runtime estimate (or was
+    not started within it)."""
     for other in on_nodes:
         if other.started_at is None:
-            return f"job '{other.job}' has not started yet, so its expected end moves with time"
+            if other.allocated_at is None:
+                return f"job '{other.job}' has not started yet, so its expected end moves with time"
+            continue  # its end counts from its placement, which does not move
         if other.started_at > since:
             return (
                 f"job '{other.job}' started only at {seconds(other.started_at)}, and its "
                 f"expected end counts from its start"
             )
     late = _overrunning(state, r)
-    if late is not None:
-        return f"job '{late.job}' ran past its runtime estimate ({seconds(_raw_end(late))})"
-    return "the jobs it waits for are now expected to end later"
+    if late is None:
+        return "the jobs it waits for are now expected to end later"
+    if late.started_at is None:
+        return (
+            f"job '{late.job}' was placed at {seconds(late.allocated_at or 0)} and has "
+            f"not started within its runtime estimate ({seconds(_raw_end(late))})"
+        )
+    return f"job '{late.job}' ran past its runtime estimate ({seconds(_raw_end(late))})"
 
 
 def _promised(state: State, reservation: Reservation | None) -> int:
@@ -226,14 +237,27 @@ def _jobs_on(state: State, nodes: dict[str, None]) -> list[Job]:
 
 
 def _raw_end(job: Job) -> int:
+    """The job's expected end, counted from its start or, placed but not started yet, from
+    its placement (``running.RunningIndex``)."""
     runtime = job.expected_runtime_ms
-    if job.started_at is None or runtime is None:
+    began = job.started_at if job.started_at is not None else job.allocated_at
+    if began is None or runtime is None:
         return NEVER
-    return job.started_at + runtime - job.checkpointed_ms
+    return began + runtime - job.checkpointed_ms
+
+
+def _past(job: Job) -> str:
+    """How a job is past its expected end (``_raw_end``)."""
+    if job.started_at is None:
+        return (
+            f"placed at {seconds(job.allocated_at or 0)} and not started yet, so past its "
+            f"runtime estimate, {seconds(_raw_end(job))}"
+        )
+    return f"past its runtime estimate, {seconds(_raw_end(job))}"
 
 
 def _overrunning(state: State, r: Reservation) -> Job | None:
-    """A started job on the reservation's nodes past its expected end (soonest first)."""
+    """A job on the reservation's nodes past its expected end (soonest first)."""
     late = [j for j in _jobs_on(state, r.nodes) if _raw_end(j) <= state.now]
     return min(late, key=lambda j: (_raw_end(j), j.seq, j.job)) if late else None
 

@@ -12,10 +12,14 @@ snapshot is restored, and checked against a fresh build by the property tests.
 Both orders depend on ``now``, but in a way that can be kept:
 
 - A started job's expected end is ``started + runtime - checkpointed``, fixed, except that
-  an end already past counts as ``now``. Ends still ahead are kept sorted (``future``);
-  those that have passed move, once, to ``overrun``, kept by sequence number (at ``now``
-  they all tie on the end). A job not yet started ends ``runtime`` from now: the few such
-  jobs are ordered when read.
+  an end already past counts as ``now``. A job placed whole but not started yet counts
+  from its placement (``allocated + runtime - checkpointed``), the earliest it could have
+  started: an end that moved with ``now`` would move a reservation resting on it every
+  cycle; once it starts, its end counts from its start. Ends still ahead are kept sorted
+  (``future``); those that have passed move, once, to ``overrun``, kept by sequence number
+  (at ``now`` they all tie on the end). A job holding pods but not yet allocated whole
+  (``fifo``'s partly placed gangs) ends ``runtime`` from now: the few such jobs are
+  ordered when read.
 - A victim's key is (lost work, -start, -seq, job) with lost work ``(now - start) ×
   held GPUs``. Among jobs of one leaf queue holding the same GPUs and not checkpointing,
   that order is the order of (-start, -seq, job) at every ``now``: ``groups`` keep it.
@@ -89,7 +93,7 @@ class _Entry:
     """What ``add`` indexed of a job, so it can be taken out again."""
 
     end: tuple[int, int, str] | None
-    """(raw expected end, seq, job) of a started job; None: not started."""
+    """(raw expected end, seq, job) of a started or allocated job; None: neither."""
     leaf: str
     victim: str
     """Which victim list holds it: "group", "waiting", "dynamic" or "" (not preemptible)."""
@@ -105,13 +109,16 @@ class RunningIndex:
     """The active jobs of the leaf queues, by expected end and in victim order."""
 
     mark: int = 0
-    """Started jobs whose raw end is at or before ``mark`` are in ``overrun``."""
+    """Started (or allocated) jobs whose raw end is at or before ``mark`` are in
+    ``overrun``."""
     future: list[tuple[int, int, str]] = field(default_factory=list)
-    """(raw expected end, seq, job) of started jobs ending after ``mark``, sorted."""
+    """(raw expected end, seq, job) of started (or allocated) jobs ending after ``mark``,
+    sorted."""
     overrun: list[tuple[int, str]] = field(default_factory=list)
-    """(seq, job) of started jobs whose expected end has passed, sorted."""
+    """(seq, job) of started (or allocated) jobs whose expected end has passed, sorted."""
     unstarted: dict[str, None] = field(default_factory=dict)
-    """Active jobs not yet started: their expected end counts from ``now``."""
+    """Active jobs neither started nor allocated whole: their expected end counts from
+    ``now``."""
     groups: dict[str, dict[int, list[tuple[int, int, str]]]] = field(default_factory=dict)
     """leaf -> GPUs held -> sorted (-start, -seq, job) of its preemptible started jobs
     that do not checkpoint."""
@@ -156,11 +163,12 @@ class RunningIndex:
         self.held[job_id] = held
         self.spots[job_id] = spots
         end: tuple[int, int, str] | None = None
-        if job.started_at is None:
+        began = job.started_at if job.started_at is not None else job.allocated_at
+        if began is None:
             self.unstarted[job_id] = None
         else:
             runtime = job.expected_runtime_ms
-            raw = NEVER if runtime is None else job.started_at + runtime - job.checkpointed_ms
+            raw = NEVER if runtime is None else began + runtime - job.checkpointed_ms
             end = (raw, job.seq, job_id)
             if raw <= self.mark:
                 insort(self.overrun, (job.seq, job_id))

@@ -23,7 +23,7 @@ from scheduler.core.apply import lost_work
 from scheduler.core.fairshare import RESOURCES, Shares, capacity
 from scheduler.core.placement import Statement, gang_demand, may_fit
 from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu, held_resources
-from scheduler.core.state import ACTIVE, Job, Node, Queue, State
+from scheduler.core.state import ACTIVE, Job, Node, Queue, State, wake
 
 if TYPE_CHECKING:
     from scheduler.core.session import Session
@@ -99,6 +99,27 @@ def recently_reclaimed(state: State, victim: Job) -> bool:
     )
 
 
+def wake_when_free(state: State, victim: Job, floor: int, *, hysteresis: bool) -> None:
+    """A victim a rule skipped because of a time window — its queue's min-runtime
+    ``floor`` since it started, and for reclaim (``hysteresis``) the hysteresis since it
+    reclaimed — may be taken once the windows end: ask for a cycle then (``State.wakeup``),
+    or the job that wanted it would wait for the next input to be tried again. A victim
+    kept by what is no time (placed in this cycle, or not started yet under a
+    min-runtime: its start is an input) asks for nothing."""
+    now = state.now
+    at = now
+    began = victim.started_at
+    if began is None:
+        if victim.allocated_at == now or floor > 0:
+            return
+    elif floor > 0:
+        at = max(at, began + floor)
+    if hysteresis and recently_reclaimed(state, victim) and victim.reclaimed_at is not None:
+        at = max(at, victim.reclaimed_at + state.config.reclaim_hysteresis_ms)
+    if at > now:
+        wake(state, at)
+
+
 def lost_work_budget(state: State, job: Job) -> int:
     """The most GPU-ms of work the victims of ``job``'s reclaim or backfill eviction may
     lose together: ``lost_work_ratio_milli`` of the GPU time it has waited (NEVER: no
@@ -168,12 +189,18 @@ def backfilled_under(job: Job, victims: Victims) -> list[Job]:
 def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     """Preemptible jobs of the same queue with strictly lower priority: least lost work
     first, or under ``victim_order: kai`` lower priority first, then newest."""
-    found = [
-        item[4]
-        for item in s.victims.of((queue.name,))
-        if item[4].priority < job.priority and may_take(s.state, item[4], "preempt")
-    ]
-    if s.state.config.victim_order == "kai":
+    state = s.state
+    found = []
+    for item in s.victims.of((queue.name,)):
+        victim = item[4]
+        if victim.priority >= job.priority:
+            continue
+        if may_take(state, victim, "preempt"):
+            found.append(victim)
+        elif victim.status in ACTIVE:
+            floor = min_runtime(state, victim.queue, "preempt")
+            wake_when_free(state, victim, floor, hysteresis=False)
+    if state.config.victim_order == "kai":
         found.sort(key=lambda v: (v.priority, -v.seq, v.job))
     return Candidates(found)
 
@@ -207,7 +234,8 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     queues' order is preserved; **quota reclaim** — the reclaiming queue stays within its
     deserved quota and takes only from queues above their deserved quota. Both checks hold
     at the leaves and again where the two queues' branches meet (the siblings below their
-    lowest common ancestor), so a subtree is not drained below its own share.
+    lowest common ancestor; a top-level leaf is its own side there), so a subtree is not
+    drained below its own share.
 
     Each resource the job asks for is judged on its own (``reclaim_resources``), and a
     victim by what it frees of them (``_judged``): its GPUs when it holds GPUs the job
@@ -241,7 +269,9 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     for leaf in _givers(s.state, shares, takers):
         pairs = [(queue, s.state.queues[leaf])]
         branches = _lowest_common_children(s.state, queue.name, leaf)
-        if branches is not None and branches[0] is not queue:
+        # Where the branches meet is judged even when one side is a top-level leaf itself
+        # (KAI-Scheduler's leveled queues); only two top-level leaves meet at the leaves.
+        if branches is not None and (branches[0] is not queue or branches[1].name != leaf):
             pairs.append(branches)
         levels_of[leaf] = [
             (theirs.name, t.resource, *most_taken(shares, _leveled(shares, t, mine), mine, theirs))
@@ -339,19 +369,19 @@ class _Take:
         for item, levels, floor in self._ordered(taken if together else zero, zero):
             victim = item[4]
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
-            if (
-                judged is None
-                or protected(victim, self.s.state.now, floor)
-                or recently_reclaimed(self.s.state, victim)
+            if judged is None:
+                continue
+            if protected(victim, self.s.state.now, floor) or recently_reclaimed(
+                self.s.state, victim
             ):
+                wake_when_free(self.s.state, victim, floor, hysteresis=True)
                 continue
             if not _within(levels, taken if together else zero, judged):
                 if together and _within(levels, zero, judged):
                     self.clipped = True
                 continue
             if together:
-                for name, resource, _, _ in levels:
-                    taken[(name, resource)] += judged[resource]
+                _count(levels, taken, judged)
             else:
                 self.judged[victim.job] = (levels, judged)
             allowed.append(victim)
@@ -367,8 +397,7 @@ class _Take:
             levels = self.judged[job_id][0]
             if not _within(levels, taken, judged):
                 return False
-            for name, resource, _, _ in levels:
-                taken[(name, resource)] += judged[resource]
+            _count(levels, taken, judged)
         return True
 
     def _ordered(
@@ -439,6 +468,16 @@ def _within(
         if not (already + amount <= fair or already < above):
             return False
     return True
+
+
+def _count(
+    levels: list[Level], taken: dict[tuple[str, int], int], judged: tuple[int, int, int]
+) -> None:
+    """Count a victim taken against each queue and resource its levels judge, once each:
+    a top-level victim queue is both its own leaf and where the branches meet, judged
+    twice (for the taker's leaf and for its side there) but giving the victim once."""
+    for key in dict.fromkeys((name, resource) for name, resource, _, _ in levels):
+        taken[key] += judged[key[1]]
 
 
 def _advance(heap: list[_Stream], following: VictimItem | None) -> None:
