@@ -16,6 +16,8 @@ from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import (
+    Headroom,
+    admission_headroom,
     admission_reason,
     kai_ranked,
     limited,
@@ -34,13 +36,18 @@ from scheduler.core.placement import (
     spread_score,
 )
 from scheduler.core.reasons import Reason, backoff_reason, note_reason
-from scheduler.core.running import held_resources
+from scheduler.core.running import NEVER, held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, Job, Node, Queue, State
 from scheduler.core.victims import Victims, make_room, preemption
 
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
+
+SKIP_HELD = True
+"""Whether the walk behind a blocked head passes over the jobs admission holds back in
+one tight loop (``_skip_known``) rather than trying each in turn; the decisions are the
+same either way (``tests/test_skip_held.py`` compares the two ledgers)."""
 
 
 def allocate(state: State, emit: Emit) -> None:
@@ -108,27 +115,47 @@ def _skipped(s: Session, queue: Queue, job: Job) -> None:
 
 
 def _skip_known(s: Session, queue: Queue, index: int) -> int:
-    """The index of the queue's next job to look at: past every job from ``index`` on
-    whose skip key was skipped already in this walk (``Session.skipping``).
+    """The index of the blocked queue's next job to look at: past every job from
+    ``index`` on that the walk would only skip, as admission holds it back
+    (``admission_held``) or its skip key was skipped already in this walk
+    (``Session.skipping``).
 
     Behind a blocked head a job is tried only if it is out of back-off, the walk goes on
     (``_no_room_left``), admission lets it and the memo of failed shapes does not rule
-    it out; between placements, reservations and evictions (which empty ``skipping``)
-    none of these changes for a job of the same key, so it would be skipped too. A
-    congested queue's backlog of a few shapes is passed over here instead of being
-    tried job by job."""
-    if queue.name != s.skipping_queue or queue.name not in s.blocked:
+    it out. A job admission holds back there is skipped and decides nothing; a job whose
+    skip key was skipped since the last placement, reservation or eviction (which empty
+    ``skipping``) would be skipped for the same reasons. Neither changes between
+    placements and evictions (which empty ``Session.headroom`` too). A congested queue's
+    backlog is passed over here instead of being tried job by job."""
+    if queue.name not in s.blocked:
         return index
     pending = queue.pending
     jobs = s.state.jobs
     now = s.state.now
-    skipping = s.skipping
+    skipping = s.skipping if queue.name == s.skipping_queue else None
     end = len(pending)
     at = index
     cache = s.state.shape_cache
+    held = SKIP_HELD
+    limited = s.limited[queue.name]
+    r0, r1, r2, rq = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
     while at < end:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
+            break
+        # ``_admit`` asks admission of every job but a preemptible one where no limit
+        # applies (``admission_held``, written out: this loop runs over whole backlogs).
+        if held and (limited or not job.preemptible):
+            request = job.request
+            if (
+                request[0] > r0
+                or request[1] > r1
+                or request[2] > r2
+                or (not job.preemptible and request[0] > rq)
+            ):
+                at += 1
+                continue
+        if skipping is None:
             break
         shape = cache.get(job.job)
         if shape is None or shape.job is not job:
@@ -139,6 +166,15 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     if at != index:
         s.cursor[queue.name] = at
     return at
+
+
+def _headroom(s: Session, queue: Queue) -> Headroom:
+    """``admission_headroom`` of the queue, worked out once between placements and
+    evictions (``_placed``, ``_reopen``)."""
+    room = s.headroom.get(queue.name)
+    if room is None:
+        room = s.headroom[queue.name] = admission_headroom(s.state, queue, s.shares)
+    return room
 
 
 def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Reason | None]:
@@ -190,7 +226,7 @@ def _next_queue(s: Session) -> Queue | None:
         queue = ranked[s.at]
         if queue.name not in s.done:
             index = s.cursor.get(queue.name, 0)
-            if s.skipping:
+            if s.skipping or (SKIP_HELD and s.blocked):
                 index = _skip_known(s, queue, index)
             if index < len(queue.pending):
                 return queue
@@ -226,6 +262,7 @@ def _placed(s: Session, job: Job) -> None:
     s.free_gpu = None
     s.skipping.clear()
     s.admissions.clear()
+    s.headroom.clear()
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
@@ -389,3 +426,4 @@ def _reopen(s: Session) -> None:
     s.ranked = []
     s.skipping.clear()
     s.admissions.clear()
+    s.headroom.clear()

@@ -18,6 +18,7 @@ from scheduler.core.placement import FailedShapes
 from scheduler.core.state import Queue, State
 
 if TYPE_CHECKING:
+    from scheduler.core.admission import Headroom
     from scheduler.core.backfill import Reservation, RunningEnds
     from scheduler.core.reasons import Reason
     from scheduler.core.victims import Victims
@@ -81,3 +82,6 @@ class Session:
     )
     """``admission_reason`` by (queue, request, preemptible) since the last placement or
     eviction (``allocate._admission``)."""
+    headroom: dict[str, Headroom] = field(default_factory=dict)
+    """Per queue, ``admission_headroom`` since the last placement or eviction: whether
+    admission holds a job back, without wording why (``allocate._skip_known``)."""

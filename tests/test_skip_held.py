@@ -1,0 +1,167 @@
+"""The walk behind a blocked head passes over the jobs admission holds back in one tight
+loop (``allocate.SKIP_HELD``); with the shortcut off each is tried in turn. The two must
+write the very same ledger, and ``admission_held`` must agree with ``admission_reason``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from events.codec import encode_envelope
+from replay.config import (
+    ClusterFile,
+    JobSpec,
+    NodeGroup,
+    PolicyFile,
+    QueuesFile,
+    QueueSpec,
+    WorkloadFile,
+    policy_event,
+)
+from replay.verify import run as replay
+from scheduler.core import allocate as allocate_module
+from scheduler.core import fair_shares
+from scheduler.core.admission import admission_headroom, admission_held, admission_reason
+from scheduler.core.state import State
+from tests.simkit import simulate
+
+CLASSES = ["train", "build-preemptible", "build", "inference"]
+
+
+@contextmanager
+def skip_held(on: bool) -> Iterator[None]:
+    was = allocate_module.SKIP_HELD
+    allocate_module.SKIP_HELD = on
+    try:
+        yield
+    finally:
+        allocate_module.SKIP_HELD = was
+
+
+@st.composite
+def congested(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """A small cluster, queues with deserved quotas and limits (GPU, CPU, memory), and
+    more work than fits: long backlogs behind blocked heads, many held back by a limit
+    or (non-preemptible) by quota."""
+    groups = [
+        NodeGroup(
+            name=f"g{i}",
+            count=draw(st.integers(1, 2)),
+            gpus=draw(st.sampled_from([1, 2, 4])),
+            cpu=draw(st.sampled_from([0, 16])),
+            memory_gib=draw(st.sampled_from([0, 64])),
+        )
+        for i in range(draw(st.integers(1, 2)))
+    ]
+    capacity = sum(g.count * g.gpus for g in groups)
+    queues = []
+    names = []
+    for i in range(draw(st.integers(1, 3))):
+        name = f"q{i}"
+        names.append(name)
+        queues.append(
+            QueueSpec(
+                name=name,
+                deserved_gpus=draw(st.integers(0, capacity)),
+                limit_gpus=draw(st.one_of(st.none(), st.integers(1, capacity))),
+                limit_cpu=draw(st.one_of(st.none(), st.sampled_from([4, 12]))),
+                limit_memory_gib=draw(st.one_of(st.none(), st.sampled_from([16, 48]))),
+                over_quota_weight=draw(st.integers(0, 2)),
+            )
+        )
+    jobs = [
+        JobSpec(
+            name=f"j{i:03d}",
+            queue=draw(st.sampled_from(names)),
+            at_s=draw(st.integers(0, 900)),
+            runtime_s=draw(st.integers(10, 2000)),
+            pods=draw(st.integers(1, 3)),
+            gpus_per_pod=draw(st.sampled_from([0, 0.25, 0.5, 1, 2])),
+            cpu_per_pod=draw(st.sampled_from([0, 1, 4])),
+            memory_gib_per_pod=draw(st.sampled_from([0, 4, 16])),
+            priority_class=draw(st.sampled_from(CLASSES)),
+            expected_runtime_s=draw(st.one_of(st.none(), st.integers(10, 2000))),
+        )
+        for i in range(draw(st.integers(5, 45)))
+    ]
+    return ClusterFile(nodes=groups), QueuesFile(queues=queues), WorkloadFile(jobs=jobs)
+
+
+def _held_behind_a_limit() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """A 2-GPU gang blocks q0 (limit 3 GPUs) while 1-GPU jobs hold its room; behind it
+    jobs a limit holds back and jobs that fit the gap alternate."""
+    jobs = [JobSpec(name="j000", queue="q0", at_s=0, runtime_s=600, pods=2)]
+    jobs += [
+        JobSpec(name=f"j{i:03d}", queue="q0", at_s=1, runtime_s=300 + i, pods=1 + i % 2)
+        for i in range(1, 30)
+    ]
+    return (
+        ClusterFile(nodes=[NodeGroup(name="g", count=1, gpus=4)]),
+        QueuesFile(queues=[QueueSpec(name="q0", deserved_gpus=2, limit_gpus=3)]),
+        WorkloadFile(jobs=jobs),
+    )
+
+
+def _ledger(
+    scenario: tuple[ClusterFile, QueuesFile, WorkloadFile], knobs: PolicyFile, *, on: bool
+) -> list[bytes]:
+    cluster, queues, workload = scenario
+    with skip_held(on):
+        _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
+    return [encode_envelope(env) for env in ledger.records]
+
+
+@example(_held_behind_a_limit(), PolicyFile(backfill=True))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    congested(),
+    st.builds(
+        PolicyFile,
+        backfill=st.just(True),
+        reservations=st.booleans(),
+        consolidation=st.booleans(),
+        placement=st.sampled_from(["binpack", "spread"]),
+    ),
+)
+def test_skipping_held_jobs_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
+    assert _ledger(scenario, knobs, on=True) == _ledger(scenario, knobs, on=False)
+
+
+def test_the_example_walks_past_held_jobs() -> None:
+    """The example above reaches the shortcut: with it on, admission is asked of fewer
+    jobs than with it off (it passes over those it holds back)."""
+    asked: list[int] = []
+    real = allocate_module.admission_reason
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked[-1] += 1
+        return real(*args, **kwargs)
+
+    allocate_module.admission_reason = counting  # type: ignore[assignment]
+    try:
+        for on in (True, False):
+            asked.append(0)
+            _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), on=on)
+    finally:
+        allocate_module.admission_reason = real  # type: ignore[assignment]
+    assert asked[0] < asked[1]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(congested(), st.integers(0, 200))
+def test_admission_held_agrees_with_admission_reason(scenario, upto) -> None:  # type: ignore[no-untyped-def]
+    """At any point of a run, for every pending job: ``admission_held`` of its queue's
+    headroom says True exactly when ``admission_reason`` gives a reason."""
+    cluster, queues, workload = scenario
+    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", None))
+    state: State = replay(ledger, end=min(upto, len(ledger.records))).state
+    shares = fair_shares(state)
+    for leaf in state.leaf_queues():
+        room = admission_headroom(state, leaf, shares)
+        for _, _, job_id in leaf.pending:
+            job = state.jobs[job_id]
+            reason = admission_reason(state, leaf, job, shares)
+            assert admission_held(room, job.request, job.preemptible) == (reason is not None)
