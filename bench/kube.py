@@ -20,7 +20,10 @@ The pods of every run have the same shape (``nvidia.com/gpu: 1``, 1 CPU, a node 
 and a toleration for the bench's nodes) and are created the same way (16 threads); a watch
 on the namespace records when each pod gets its ``spec.nodeName``. Per run: pods/s from the
 first pod created to the last pod bound (the headline figure), and from the first to the
-last bound. Between runs every pod of the bench is deleted and gone before the next starts.
+last bound; and CPU-seconds: of each scheduler process from its start to its end (read from
+``/proc`` just before it is stopped), of the control plane (API server, etcd, kwok) and of
+the bench itself (the pod creator and the watch) over the run. Between runs every pod of
+the bench is deleted and gone before the next starts.
 ``--backlog`` creates all the pods first and starts the scheduler then (the clock with it):
 each scheduler's own rate, where the headline may be the pod creator's.
 
@@ -128,6 +131,32 @@ def wait_quiet(limit_s: float, quiet_s: float = 30) -> None:
             return
         else:
             time.sleep(5)
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+PLANE = ("kube-apiserver", "etcd", "kwok")
+"""scripts/k8s.sh's processes (pid files in its run directory)."""
+
+
+def cpu_s(pid: int) -> float:
+    """CPU-seconds (user + system) a live process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+
+def plane_cpu_s() -> float:
+    """CPU-seconds the control plane's processes have used so far."""
+    total = 0.0
+    for name in PLANE:
+        with contextlib.suppress(OSError, ValueError):
+            total += cpu_s(int((CACHE / "run" / f"{name}.pid").read_text().strip()))
+    return total
 
 
 # --------------------------------------------------------------------------- objects
@@ -317,8 +346,11 @@ def fill(
 ) -> dict[str, Any]:
     """Create ``pods`` pods for ``scheduler`` and wait until each is bound, with the
     scheduler ``running`` from the start (the clock starts at the first pod created), or
-    with ``backlog``, only once they all exist (the clock starts with the scheduler)."""
+    with ``backlog``, only once they all exist (the clock starts with the scheduler).
+    The control plane's and this process's CPU-seconds are counted from the first pod
+    created to the last bound."""
     watcher = BindWatch(str(KUBECONFIG))
+    plane0, own0 = plane_cpu_s(), time.process_time()
     checked = [time.monotonic()]
     others: set[str] = set()
 
@@ -349,6 +381,7 @@ def fill(
                 start = time.perf_counter()
                 stack.enter_context(running())
             _wait(done, timeout, f"{pods} pods bound by {scheduler}")
+            plane, own = plane_cpu_s() - plane0, time.process_time() - own0
     finally:
         watcher.stop()
     stamps = sorted(watcher.bound.values())
@@ -361,6 +394,8 @@ def fill(
         "pods_per_s": round(len(stamps) / span, 1),
         "bind_span_s": round(bind_span, 1),
         "bound_per_s": round(len(stamps) / bind_span, 1),
+        "plane_cpu_s": round(plane, 1),
+        "bench_cpu_s": round(own, 1),
         "others_running": sorted(others),
     }
 
@@ -376,9 +411,16 @@ _COMPONENT = (
 )
 
 
+PY_SPY: str | None = None
+"""``--py-spy``: the py-spy binary each gpuledger component runs under."""
+
+
 @contextlib.contextmanager
-def gpuledger(cluster: Any, work: Path) -> Iterator[None]:
-    """Ingestor, embedded scheduler and binder, as ``tests.kubeharness.gpuledger``."""
+def gpuledger(cluster: Any, work: Path, cpu: dict[str, float] | None = None) -> Iterator[None]:
+    """Ingestor, embedded scheduler and binder, as ``tests.kubeharness.gpuledger``; their
+    CPU-seconds, read just before they are stopped, go to ``cpu`` (by component). With
+    ``PY_SPY`` each runs under ``py-spy record --nonblocking`` (``<name>.pyspy.txt``, raw
+    folded stacks; the CPU-seconds are then the profiled process's)."""
     intake, ledger = work / "intake", work / "ledger"
     args = {
         "ingest": ["--kubeconfig", str(cluster.ingestor_kubeconfig), "--intake", str(intake)],
@@ -390,6 +432,10 @@ def gpuledger(cluster: Any, work: Path) -> Iterator[None]:
     try:
         for name, rest in args.items():
             cmd = [sys.executable, "-c", _COMPONENT, BENCH_SCHEDULER, "scheduler.cli", "kube"]
+            if PY_SPY:
+                out = work / f"{name}.pyspy.txt"
+                cmd = [PY_SPY, "record", "--nonblocking", "-r", "50", "-f", "raw", "-o", str(out),
+                       "--", *cmd]  # fmt: skip
             with open(work / f"{name}.log", "wb") as log:
                 procs.append(
                     subprocess.Popen(
@@ -398,7 +444,15 @@ def gpuledger(cluster: Any, work: Path) -> Iterator[None]:
                 )
         yield
     finally:
+        if cpu is not None:
+            for name, p in zip(args, procs, strict=False):
+                cpu[name] = round(cpu_s(_profiled(p.pid) if PY_SPY else p.pid), 1)
         for p in procs:
+            if PY_SPY:  # py-spy writes its profile when the profiled process ends
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(_profiled(p.pid), 15)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(30)
             p.terminate()
         for p in procs:
             try:
@@ -406,6 +460,15 @@ def gpuledger(cluster: Any, work: Path) -> Iterator[None]:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def _profiled(pid: int) -> int:
+    """The child py-spy started (its only one), or ``pid`` itself."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return pid
+    return int(children[0]) if children else pid
 
 
 def run_gpuledger(cluster: Any, work: Path, nodes: int, pods: int, backlog: bool) -> dict[str, Any]:
@@ -421,9 +484,11 @@ def run_gpuledger(cluster: Any, work: Path, nodes: int, pods: int, backlog: bool
         }
         return sum(n.startswith(NODE_PREFIX) for n in names)
 
+    cpu: dict[str, float] = {}
+
     @contextlib.contextmanager
     def running() -> Iterator[None]:
-        with gpuledger(cluster, work):
+        with gpuledger(cluster, work, cpu):
             try:
                 _wait(lambda: registered() >= nodes, 60, "the ingestor to register the nodes")
             except RuntimeError:
@@ -445,6 +510,7 @@ def run_gpuledger(cluster: Any, work: Path, nodes: int, pods: int, backlog: bool
     # (a backlog bound in one cycle) there is no rate to read.
     span_s = (max(stamps) - min(stamps)) / 1000
     row["binder_pods_per_s"] = round(len(stamps) / span_s, 1) if span_s >= 1 else None
+    row["cpu_s"] = {**cpu, "total": round(sum(cpu.values()), 1)}
     return row
 
 
@@ -455,8 +521,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def kube_scheduler(binary: str, work: Path, qps: int) -> Iterator[None]:
-    """The upstream kube-scheduler, leader election off, client at ``qps`` (burst 2×)."""
+def kube_scheduler(
+    binary: str, work: Path, qps: int, cpu: dict[str, float] | None = None
+) -> Iterator[None]:
+    """The upstream kube-scheduler, leader election off, client at ``qps`` (burst 2×); its
+    CPU-seconds, read just before it is stopped, go to ``cpu["kube-scheduler"]``."""
     config = work / f"kube-scheduler-qps{qps}.yaml"
     config.write_text(
         "apiVersion: kubescheduler.config.k8s.io/v1\n"
@@ -489,6 +558,8 @@ def kube_scheduler(binary: str, work: Path, qps: int) -> Iterator[None]:
         _wait(ready, 60, "the kube-scheduler to be ready")
         yield
     finally:
+        if cpu is not None:
+            cpu["kube-scheduler"] = round(cpu_s(proc.pid), 1)
         proc.terminate()
         try:
             proc.wait(15)
@@ -507,8 +578,13 @@ def _table(rows: list[dict[str, Any]], backlog: bool) -> str:
         ("scheduler", "scheduler"), ("pods", "pods"), ("create_s", "create s"),
         ("fill_s", "fill s"), ("pods_per_s", f"pods/s ({origin}→last bound)"),
         ("bound_per_s", "pods/s (first→last bound)"), ("vs", "gpuledger ÷ this"),
-        ("quiet", "no other tests"),
+        ("cpu", "scheduler CPU-s"), ("plane_cpu_s", "API server+etcd+kwok CPU-s"),
+        ("bench_cpu_s", "bench CPU-s"), ("quiet", "no other tests"),
     ]  # fmt: skip
+    for r in rows:
+        r["cpu"] = " + ".join(f"{v}" for k, v in r["cpu_s"].items() if k != "total")
+        if len(r["cpu_s"]) > 2:
+            r["cpu"] += f" = {r['cpu_s']['total']}"
     cells = [[h for _, h in cols]] + [[str(r.get(k, "")) for k, _ in cols] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
     return "\n".join(
@@ -535,8 +611,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--wait-quiet", type=float, default=1200, help="seconds (default 1200; 0: do not wait)"
     )
+    parser.add_argument(
+        "--py-spy", metavar="PATH",
+        help="run each gpuledger component under this py-spy (profiles in the work directory)",
+    )  # fmt: skip
     parser.add_argument("--json", default="out/bench-kube.json")
     args = parser.parse_args(argv)
+    global PY_SPY  # noqa: PLW0603  # one run's setting, read by gpuledger()
+    PY_SPY = args.py_spy
     qps_runs = [] if args.skip_kube_scheduler else (args.kube_scheduler_qps or [5000, 50])
     binary = ""
     if qps_runs:
@@ -575,10 +657,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                             args.backlog,
                         )  # fmt: skip
                     else:
+                        cpu: dict[str, float] = {}
                         row = fill(
-                            core, scheduler, lambda q=qps: kube_scheduler(binary, work, q),
+                            core, scheduler,
+                            lambda q=qps, c=cpu: kube_scheduler(binary, work, q, c),
                             args.nodes, args.pods, backlog=args.backlog,
                         )  # fmt: skip
+                        row["cpu_s"] = {**cpu, "total": cpu.get("kube-scheduler", 0.0)}
                 except NodesGoneError as exc:
                     print(f"  {exc}: run again (attempt {attempt} of 3)", file=sys.stderr)
                     delete_pods(core)
@@ -609,6 +694,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"gpuledger fill {fill_s} s; KAI-Scheduler's published 397 s: {KAI_SECONDS / fill_s:.1f}x"
     )
     print(f"gpuledger binder alone (first → last PodBound): {rows[0]['binder_pods_per_s']} pods/s")
+    print(
+        "gpuledger CPU-s per fill: "
+        + ", ".join(f"{k} {v}" for k, v in rows[0]["cpu_s"].items())
+        + "".join(f"; {r['scheduler']} {r['cpu_s']['total']}" for r in rows[1:])
+    )
     out = {
         "mode": "backlog" if args.backlog else "fill",
         "nodes": args.nodes,

@@ -24,8 +24,8 @@ def wall_ms() -> int:
 def write_json_atomic(path: Path, data: object) -> None:
     """Replace ``path`` with ``data`` as JSON, durably (write, fsync, rename, fsync dir)."""
     tmp = path.with_name(path.name + ".tmp")
-    # msgspec rather than json: the Kubernetes adapters write a position of every live
-    # pod's UID with each batch, and json.dump was most of the ingestor's time at 4,000 pods.
+    # msgspec rather than json: the Kubernetes adapters write their positions with every
+    # batch, and the json module was a large part of their time.
     encoded = msgspec.json.encode(data, order="sorted")
     with open(tmp, "wb") as f:
         f.write(encoded)

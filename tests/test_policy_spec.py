@@ -1743,6 +1743,10 @@ def test_backfill(given, steps, knobs, then) -> None:  # type: ignore[no-untyped
 # --------------------------------------------------------------------------- §7 waiting, never fitting
 
 _TWO = (node("n1"), node("n2"), queue("a", deserved=8))
+_TOO_BIG = (
+    "gang of 3 pods needing 24 GPUs cannot be packed onto the cluster even when it is empty "
+    "(16 schedulable GPUs on 2 nodes)"
+)
 
 WAITING = [
     case(
@@ -1876,6 +1880,67 @@ NEVER_FITS = [
                     True,
                 )
             }
+        },
+    ),
+    # The verdict is remembered per job shape until a node event (neverfits._cluster_reason):
+    # the cases below would pass a memory that forgot a node event or part of a shape.
+    case(
+        "a-shape-that-fitted-is-judged-again-after-a-node-event",
+        (node("n1", pool="a"), node("n2", pool="b"), queue("a")),
+        (1, job("first", "a", selector={"pool": "a"})),
+        (2, NodeCordoned(node="n1"), job("second", "a", selector={"pool": "a"})),
+        then={
+            "reasons": {
+                "second": (
+                    "pod 'second-0': node selector {pool=a} matches no schedulable node",
+                    True,
+                )
+            }
+        },
+    ),
+    case(
+        "like-jobs-are-judged-by-their-own-selector-and-tolerations",
+        (
+            node("n1", taints=("dedicated=x:NoSchedule",), pool="a"),
+            node("n2", pool="b"),
+            queue("a"),
+        ),
+        (
+            1,
+            job("ok", "a", selector={"pool": "a"}, tolerations=("dedicated",)),
+            job("other-pool", "a", selector={"pool": "c"}, tolerations=("dedicated",)),
+            job("untolerated", "a", selector={"pool": "a"}),
+        ),
+        then={
+            "reasons": {
+                "other-pool": (
+                    "pod 'other-pool-0': node selector {pool=c} matches no schedulable node",
+                    True,
+                ),
+                "untolerated": (
+                    "gang of 1 pods needing 1 GPUs cannot be packed onto the cluster even when "
+                    "it is empty (16 schedulable GPUs on 2 nodes)",
+                    True,
+                ),
+            },
+            "placed": ["ok"],
+        },
+    ),
+    case(
+        "a-shape-that-cannot-be-packed-is-rejected-each-time",
+        _TWO,
+        (
+            1,
+            job("big", "a", pods=3, gpus=8),
+            job("big2", "a", pods=3, gpus=8),
+            job("small", "a", pods=2, gpus=8),
+        ),
+        then={
+            "reasons": {
+                "big": (_TOO_BIG, True),
+                "big2": (_TOO_BIG, True),
+            },
+            "placed": ["small"],
         },
     ),
     case(

@@ -12,7 +12,6 @@ from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.placement import (
     Statement,
     fits_capacity,
-    gang_shape,
     selector_matches,
     split_gang,
 )
@@ -24,6 +23,7 @@ from scheduler.core.state import (
     FreeIndex,
     Job,
     Node,
+    ShapeKey,
     State,
     node_from_capacity,
     required,
@@ -38,7 +38,7 @@ def reject_impossible(state: State, emit: Emit) -> None:
         job = state.jobs.get(job_id)
         if job is None or job.status != PENDING:
             continue
-        reason = _static_reason(state, job) or _empty_cluster_reason(state, job)
+        reason = _queue_reason(state, job) or _cluster_reason(state, job)
         if reason is None and not job.preemptible and state.policy in GANG_POLICIES:
             if shares is None:
                 shares = fair_shares(state)
@@ -64,19 +64,25 @@ def _quota_reason(job: Job, shares: Shares) -> str | None:
     )
 
 
-def _empty_cluster_reason(state: State, job: Job) -> str | None:
-    """The gang cannot be packed even onto the empty cluster."""
+def _cluster_reason(state: State, job: Job) -> str | None:
+    """What rules the job out on the cluster as it stands: no schedulable node, a pod no
+    node holds, or a gang that cannot be packed even onto the empty cluster.
+
+    The outcome depends only on the nodes and the job's shape (``_shape_key``), so it is
+    remembered per shape until the next node event: a fill of thousands of like pods
+    checks the nodes once, not once per job. Only shapes whose pods all have a node are
+    remembered (with whether the gang packs onto the empty cluster): the other reasons
+    name the job's own pod."""
     empty, empty_index, fits = _empty_cluster(state)
-    # A plain gang that needs all its pods fits or not by its pod sizes alone:
-    # remembered per topology.
-    whole = gang_shape(job, False) and job.min_members in (0, len(job.pods))
-    sizes = tuple(p.gpu_milli for p in job.pods) if whole else None
-    fit = fits.get(sizes) if sizes is not None else None
+    key = _shape_key(job)
+    fit = fits.get(key)
     if fit is None:
+        reason = _nodes_reason(state, job)
+        if reason is not None:
+            return reason
         with Statement(empty, index=empty_index) as stmt:
             fit = stmt.place_gang(job) is not None
-        if sizes is not None:
-            fits[sizes] = fit
+        fits[key] = fit
     if fit:
         return None
     return (
@@ -89,11 +95,37 @@ def _empty_cluster_reason(state: State, job: Job) -> str | None:
     )
 
 
+def _shape_key(job: Job) -> ShapeKey:
+    """Everything about a fresh job that ``_cluster_reason``'s checks read, names aside:
+    per pod in order, whether it is placed, its requests, group, selector and tolerations;
+    the gang's minimums and topology."""
+    return (
+        job.topology_key,
+        job.topology_required,
+        job.min_members,
+        tuple(sorted(job.min_per_group.items())),
+        tuple(
+            (
+                p.name in job.placements,
+                p.gpu_milli,
+                p.cpu_milli,
+                p.memory_mib,
+                p.gpu_memory_mib,
+                p.group,
+                tuple(sorted(p.node_selector.items())),
+                p.tolerations,
+            )
+            for p in job.pods
+        ),
+    )
+
+
 def _empty_cluster(
     state: State,
-) -> tuple[dict[str, Node], FreeIndex, dict[tuple[int, ...], bool]]:
-    """The schedulable nodes with nothing on them, and their free index (cached until a
-    node event; statements on them roll back, so both stay empty)."""
+) -> tuple[dict[str, Node], FreeIndex, dict[ShapeKey, bool]]:
+    """The schedulable nodes with nothing on them, their free index and, per job shape
+    ``_cluster_reason`` has seen, whether it packs onto them (cached until a node event;
+    statements on the nodes roll back, so they stay empty)."""
     version, nodes, index, fits = state.empty_nodes
     if version != state.topology or index is None:
         nodes = {}
@@ -110,8 +142,8 @@ def _empty_cluster(
     return nodes, index, fits
 
 
-def _static_reason(state: State, job: Job) -> str | None:
-    """What rules the job out whatever runs: its queue, a limit, or a pod no node holds."""
+def _queue_reason(state: State, job: Job) -> str | None:
+    """What rules the job out whatever the nodes: its queue or a limit."""
     queue = state.queues.get(job.queue)
     if queue is None:
         return f"queue '{job.queue}' does not exist"
@@ -125,6 +157,11 @@ def _static_reason(state: State, job: Job) -> str | None:
                 f"job needs {amount(resource, job.request[resource])} {UNITS[resource]} "
                 f"but queue '{q.name}' is limited to {amount(resource, limit)}"
             )
+    return None
+
+
+def _nodes_reason(state: State, job: Job) -> str | None:
+    """No schedulable node, or a required pod that no schedulable node holds."""
     nodes = [n for n in state.nodes.values() if not n.cordoned]
     if not nodes:
         return "the cluster has no schedulable nodes"

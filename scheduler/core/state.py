@@ -71,6 +71,11 @@ def priority_of(priority_class: str) -> int:
         return PRIORITY_CLASSES["train"]
 
 
+ShapeKey = tuple[object, ...]
+"""A job's shape as ``neverfits`` judges it: its pods' requests, selectors, tolerations and
+groups and the gang's minimums and topology, names aside."""
+
+
 @dataclass(slots=True)
 class Node:
     """A node's capacity and what is free on it now."""
@@ -256,14 +261,15 @@ class State:
     node_lost: tuple[int, str] = (-1, "")
     """When the last node was removed or cordoned, and which (a reservation counting on it
     says so when it moves later)."""
-    empty_nodes: tuple[int, dict[str, Node], FreeIndex | None, dict[tuple[int, ...], bool]] = (
+    empty_nodes: tuple[int, dict[str, Node], FreeIndex | None, dict[ShapeKey, bool]] = (
         -1,
         {},
         None,
         {},
     )
     """Cache: (topology, the schedulable nodes with nothing on them, their free index,
-    whether plain gangs of these pod sizes fit them)."""
+    per job shape whose pods all have a node, whether the gang packs onto them; see
+    ``neverfits._cluster_reason``)."""
     free_index_cache: FreeIndex | None = None
     """Cache: nodes by free GPUs (built on first use, dropped when nodes come or go)."""
     wanted_cache: dict[str, list[int]] | None = None

@@ -130,8 +130,10 @@ class Binder:
         """Open the ledger feed and the intake sink (directories: ``INTAKE/binder/``, taking
         its writer lock; or ``kafka://`` deployments) and find where to resume."""
         self.core = client.CoreV1Api(api)
-        self.post: Callable[[str, Any], None] = Poster(api)
-        """The per-pod calls (bindings, Scheduled Events) go straight to the pool."""
+        self.poster = Poster(api)
+        self.post: Callable[[str, Any], None] = self.poster
+        """The per-pod calls (bindings, Scheduled Events): kept-alive connections, past the
+        generated layer and urllib3 (``scheduler.kube.client.Poster``)."""
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.feed = ledger if isinstance(ledger, LedgerFeed) else open_feed(ledger)
@@ -172,6 +174,7 @@ class Binder:
         """Release the intake writer (lock or producer), the feed and the worker threads."""
         self.pool.shutdown(wait=True)
         self.event_pool.shutdown(wait=True)
+        self.poster.close()
         self.sink.close()
         self.feed.close()
 

@@ -27,8 +27,11 @@ re-creating members) is a new submission, ``ns/name#2`` and so on (``job_id``). 
 comes while the job of its name still runs waits for that job to end.
 
 Idempotence. What the ingestor has already said is derived at start-up from its own earlier
-intake records, so re-seeing an object never duplicates an event. Its position (the gangs
-being assembled, which job each pod UID is) is committed with what it produced. Pods are
+intake records, so re-seeing an object never duplicates an event; so is which job each pod
+UID is, from the UIDs its ``JobSubmitted`` records carry. Its position (the pods watch's
+resourceVersion, the gangs being assembled, and the UIDs of pods of jobs it rejected, which
+no record names) is committed with what it produced: a few entries per batch, not one per
+live pod. Pods are
 listed in full at every start and every ``resync_s`` and compared with what intake said:
 a pod deleted while nobody watched becomes a ``PodDeleted``, a phase change missed a
 ``PodStarted``/``PodFinished``. Given the scheduler's ledger, the same list is compared
@@ -192,14 +195,20 @@ class Ingestor:
         self.custom = client.CustomObjectsApi(api)
         self.sink = intake if isinstance(intake, IntakeSink) else open_sink(intake, SOURCE)
         self.said = _Said()
+        submitted: dict[str, tuple[str, str]] = {}
         for offset, env in self.sink.earlier():
             try:
-                self.said.fold(decode_event(env, offset))
+                event = decode_event(env, offset)
             except UnknownEventType:
                 continue
+            self.said.fold(event)
+            if isinstance(event, JobSubmitted):
+                for spec in event.pods:
+                    if spec.uid:
+                        submitted[spec.uid] = (event.job, spec.name)
         saved = self.sink.saved()
         self.pods_rv: str = str(saved.get("pods_rv") or "")
-        self._restore(saved)
+        self._restore(saved, submitted)
         self.bindings: dict[str, tuple[str, ...]] = {}
         self.parents: set[str] = set()
         self._owner_sizes: dict[tuple[str, m.Owner], int | None] = {}
@@ -316,6 +325,7 @@ class Ingestor:
             uids = {(o["metadata"].get("uid") or "") for o in items}
             for uid in [u for u in self.uids if u not in uids]:
                 job, pod = self.uids.pop(uid)
+                self.kept.pop(uid, None)
                 self._gone(job, pod, "")
             for waiting in self.late.values():
                 for uid in [u for u in waiting if u not in uids]:
@@ -334,15 +344,31 @@ class Ingestor:
 
     # ------------------------------------------------------------------ pods
 
-    def _restore(self, saved: dict[str, Any]) -> None:
-        """Resume from a saved position: gangs being assembled and which job each pod is."""
+    def _restore(self, saved: dict[str, Any], submitted: dict[str, tuple[str, str]]) -> None:
+        """Resume from a saved position and the pod UIDs of the ``submitted`` jobs (read
+        from intake): gangs being assembled and which job each pod is.
+
+        ``submitted`` names every pod ever submitted, live or not: the first full list of
+        pods (at every start) drops those gone, as it would a pod deleted while nobody
+        watched (``sync``)."""
         gangs = saved.get("gangs") or {}
         assert isinstance(gangs, dict)
         self.gangs: dict[str, dict[str, Obj]] = gangs
         uids = saved.get("uids") or {}
         assert isinstance(uids, dict)
-        self.uids: dict[str, tuple[str, str]] = {u: (str(j), str(p)) for u, (j, p) in uids.items()}
+        kept = {str(u): (str(j), str(p)) for u, (j, p) in uids.items()}
+        self.uids: dict[str, tuple[str, str]] = dict(submitted)
         """pod uid → (job id, pod name) of every pod this ingestor has placed in a job."""
+        for job, gang in gangs.items():
+            for pod, entry in gang.items():
+                if entry.get("uid"):
+                    self.uids[str(entry["uid"])] = (job, pod)
+        self.uids.update(kept)  # an older position held every uid; it agrees with the above
+        self.kept: dict[str, tuple[str, str]] = {
+            u: key for u, key in kept.items() if key[0] in self.said.closed
+        }
+        """The entries of ``uids`` no intake record names: pods of jobs the ingestor
+        rejected (a ``JobRejected`` names no pod). Saved with the position."""
         self.late: dict[str, dict[str, Obj]] = {}
         """Per job base id, pods that came while the current job of that name still ran."""
         self.bad_queues: dict[str, str] = {}
@@ -355,7 +381,7 @@ class Ingestor:
         return {
             "pods_rv": self.pods_rv,
             "gangs": self.gangs,
-            "uids": self.uids,  # the sink copies it (sorted, tuples as lists)
+            "uids": self.kept,  # the sink copies it (sorted, tuples as lists)
         }
 
     def _read_owner(self, ns: str, owner: m.Owner) -> Obj:
@@ -441,6 +467,7 @@ class Ingestor:
         uid, name = str(meta.get("uid") or ""), str(meta["name"])
         if etype == "DELETED":
             known = self.uids.pop(uid, None)
+            self.kept.pop(uid, None)
             for late in self.late.values():
                 late.pop(uid, None)
             if known is not None:
@@ -456,7 +483,7 @@ class Ingestor:
                 ns = meta.get("namespace") or "default"
                 base = f"{ns}/{name}"
                 rejected = self._assign(base, name) or base
-                self.uids[uid] = (rejected, name)
+                self.uids[uid] = self.kept[uid] = (rejected, name)
                 self._reject_pod(pod, rejected, m.pod_queue(pod, ""), f"invalid pod {name}: {exc}")
                 return
             assigned = self._assign(ident.job, name)
@@ -558,6 +585,8 @@ class Ingestor:
         if reason:
             self._emit(JobRejected(job=job, queue=queue_name, namespace=ns, reason=reason))
             for n in names:
+                if gang[n]["uid"]:
+                    self.kept[gang[n]["uid"]] = (job, n)
                 emit_event(
                     self.core,
                     (ns, n, gang[n]["uid"]),

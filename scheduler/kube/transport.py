@@ -85,7 +85,8 @@ SETTLE_TIMEOUT_S = 60.0
 producer's is aborted by the broker after its transaction timeout, 10 s for this project's
 producers, plus the broker's clean-up interval)."""
 POSITION_MAX_BYTES = 64 * 1024 * 1024
-"""Largest position record: the ingestor's holds every live pod's uid (≈ 100 bytes each)."""
+"""Largest position record (the ingestor's holds the gangs being assembled and the UIDs of
+the live pods of jobs it rejected, ≈ 100 bytes each)."""
 _COMMIT_ATTEMPTS = 3
 
 
