@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from events.filelog import FileLedger, LedgerDirReader
-from replay.compare import compare, demand_table, summary_table
+from replay.compare import compare, demand_table, share_table, summary_table
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_event
 from replay.sim import Simulation
 from replay.traces import import_nodes, import_trace, shared_alibaba_dir
@@ -52,6 +52,8 @@ def measure(out: Path, policies: Sequence[str]) -> dict[str, Any]:
     print(summary_table(runs))
     print()
     print(demand_table(runs))
+    print()
+    print(share_table(runs))
     by = {run.policy: run for run in runs}
     figures: dict[str, Any] = {
         p: {**r.summary, "sim_s": r.seconds, "sim_cpu_s": r.cpu_seconds} for p, r in by.items()

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,16 @@ from replay.metrics import (
     HOUR_MS,
     collect,
     percentile,
+    share_waits,
     tenant_rows,
     unallocated_gpu_hours,
     utilisation,
 )
-from replay.sim import Simulation
+from replay.sim import SimJob, Simulation
 from scheduler.core import State
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
+from scheduler.core.state import GANG_POLICIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +59,14 @@ class Run:
     summary: dict[str, Any]
     """The policy's headline figures (``summarise``)."""
     demand: dict[str, dict[str, float]]
-    """Per leaf queue: deserved GPUs and the GPUs its work asks for on average."""
+    """Per leaf queue: what it deserves against what its work asks for
+    (``offered_demand``; the same for every policy)."""
     cpu_seconds: float = 0.0
     """CPU time the simulation took (its process's: on a shared machine the wall time
     ``seconds`` also counts waiting for a core)."""
+    shares: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Per queue: how much of its waiting its deserved quota explains
+    (``replay.metrics.share_waits``)."""
 
 
 def _downsample(points: list[tuple[float, float]], limit: int = 400) -> list[tuple[float, float]]:
@@ -107,18 +113,8 @@ def run_policy(
         }
         for j in m.jobs.values()
     }
-    work: dict[str, int] = {}
-    for sim_job in sim.jobs:
-        gpus = sum(p.gpu_milli for p in sim_job.submitted.pods)
-        work[sim_job.submitted.queue] = (
-            work.get(sim_job.submitted.queue, 0) + gpus * sim_job.runtime_ms
-        )
-    span = max(result.end_ms, 1)
     deserved = deserved_gpus(cluster, queues)
-    demand = {
-        q: {"deserved_gpus": deserved.get(q, 0) / 1000, "demand_gpus": w / 1000 / span}
-        for q, w in sorted(work.items())
-    }
+    demand = offered_demand(sim.jobs, deserved)
     return Run(
         policy=policy,
         ledger=ledger,
@@ -132,6 +128,7 @@ def run_policy(
         summary=summarise(m, monitor, result.cycles),
         demand=demand,
         cpu_seconds=cpu_seconds,
+        shares=share_waits(m, deserved),
     )
 
 
@@ -155,6 +152,44 @@ def summarise(m: Any, monitor: ConservationMonitor, cycles: int) -> dict[str, An
         "idle_fit_gpu_h": monitor.idle_gpu_hours,
         "cycles": cycles,
     }
+
+
+def offered_demand(jobs: Sequence[SimJob], deserved: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per queue, the GPUs its work asks for if every job ran from its submission for its
+    runtime — a property of the workload, the same under every policy — against its
+    deserved quota: on average and at the peak over the workload's span (first submission
+    to the last such end), and the share of that span it asked for more than it deserves.
+    An average within the quota can hide bursts above it: while it asks for more, a queue
+    borrows."""
+    steps: dict[str, list[tuple[int, int]]] = {}
+    for job in jobs:
+        gpus = sum(p.gpu_milli for p in job.submitted.pods)
+        steps.setdefault(job.submitted.queue, []).extend(
+            [(job.at, gpus), (job.at + job.runtime_ms, -gpus)]
+        )
+    if not steps:
+        return {}
+    start = min(job.at for job in jobs)
+    span = max(max(job.at + job.runtime_ms for job in jobs) - start, 1)
+    result: dict[str, dict[str, float]] = {}
+    for queue, changes in sorted(steps.items()):
+        quota = deserved.get(queue, 0)
+        changes.sort()
+        asked = peak = work = above = 0
+        last = start
+        for at, delta in changes:
+            work += asked * (at - last)
+            above += (at - last) if asked > quota else 0
+            asked += delta
+            peak = max(peak, asked)
+            last = at
+        result[queue] = {
+            "deserved_gpus": quota / 1000,
+            "demand_gpus": work / 1000 / span,
+            "peak_gpus": peak / 1000,
+            "above_pct": 100 * above / span,
+        }
+    return result
 
 
 def deserved_gpus(cluster: ClusterFile, queues: QueuesFile) -> dict[str, int]:
@@ -216,7 +251,15 @@ def table(runs: Sequence[Run]) -> str:
         for queue in [r["queue"] for r in runs[0].tenants]
         for run in runs
     ]
-    text = [render_table(rows, columns), "", summary_table(runs), "", demand_table(runs)]
+    text = [
+        render_table(rows, columns),
+        "",
+        summary_table(runs),
+        "",
+        demand_table(runs),
+        "",
+        share_table(runs),
+    ]
     return "\n".join(text)
 
 
@@ -255,10 +298,20 @@ def summary_table(runs: Sequence[Run]) -> str:
     return render_table(rows, list(SUMMARY))
 
 
+def demand_class(d: dict[str, float]) -> str:
+    """``within``: the queue's work never asks for more than it deserves; ``bursts``: on
+    average it does not, but at times it does (and borrows then); ``borrows``: on
+    average it asks for more."""
+    if d["above_pct"] <= 0:
+        return "within"
+    return "bursts" if d["demand_gpus"] <= d["deserved_gpus"] else "borrows"
+
+
 def demand_table(runs: Sequence[Run]) -> str:
-    """Per queue: what it deserves against what its work asks for on average, and its p90
-    wait under each policy with the ratio to fifo's (a queue asking more than it deserves
-    borrows, and may wait longer by what its share explains)."""
+    """Per queue: what it deserves against what its work asks for (``offered_demand``:
+    on average, at the peak, and the share of the time above its deserved quota), and its
+    p90 wait under each policy with the ratio to fifo's (a queue asking more than it
+    deserves borrows, and may wait longer by what its share explains: ``share_table``)."""
     first = runs[0]
     fifo = next((r for r in runs if r.policy == "fifo"), None)
     rows: list[dict[str, Any]] = []
@@ -267,7 +320,9 @@ def demand_table(runs: Sequence[Run]) -> str:
             "queue": queue,
             "deserved": d["deserved_gpus"],
             "demand": d["demand_gpus"],
-            "within": "yes" if d["demand_gpus"] <= d["deserved_gpus"] else "borrows",
+            "peak": d["peak_gpus"],
+            "above": d["above_pct"],
+            "within": demand_class(d),
         }
         base = _p90(fifo, queue) if fifo is not None else None
         for run in runs:
@@ -280,6 +335,8 @@ def demand_table(runs: Sequence[Run]) -> str:
         Column("queue", unit="text"),
         Column("deserved", "deserved GPUs", "number"),
         Column("demand", "avg demand GPUs", "number"),
+        Column("peak", "peak demand", "number"),
+        Column("above", "% time above", "number"),
         Column("within", "demand", "text"),
         *(Column(run.policy, f"p90 {run.policy}", "duration") for run in runs),
         *(
@@ -289,6 +346,37 @@ def demand_table(runs: Sequence[Run]) -> str:
         ),
     ]
     return render_table(rows, columns)
+
+
+SHARES: tuple[Column, ...] = (
+    Column("queue", unit="text"),
+    Column("policy", unit="text"),
+    Column("ttr_p90_s", "p90 wait", "duration"),
+    Column("wait_at_share_pct", "% wait at share", "number"),
+    Column("in_share_p90_s", "p90 within share", "duration"),
+    Column("ratio", "within/fifo p90", "number"),
+)
+"""One row per queue and policy with quotas: of each job's wait, the part while its queue
+held so much of its deserved quota that the job would have borrowed had it started
+(``% wait at share``: what the queue's share explains), and the p90 of the rest (``p90
+within share``), against fifo's p90 wait for the queue."""
+
+
+def share_table(runs: Sequence[Run]) -> str:
+    """How much of each queue's waiting its deserved quota explains, per policy with
+    quotas (``replay.metrics.share_waits``), against fifo's p90 wait."""
+    fifo = next((r for r in runs if r.policy == "fifo"), None)
+    rows: list[dict[str, Any]] = []
+    for queue in runs[0].demand:
+        base = _p90(fifo, queue) if fifo is not None else None
+        for run in runs:
+            row = run.shares.get(queue)
+            if run.policy not in GANG_POLICIES or row is None:
+                continue
+            within = row["in_share_p90_s"]
+            ratio = within / base if base and within is not None else None
+            rows.append({"queue": queue, "policy": run.policy, **row, "ratio": ratio})
+    return render_table(rows, list(SHARES))
 
 
 def _p90(run: Run, queue: str) -> float | None:
@@ -306,6 +394,7 @@ def to_json(runs: Sequence[Run]) -> dict[str, Any]:
             "unallocated_gpu_h": run.unallocated_gpu_h,
             "summary": run.summary,
             "demand": run.demand,
+            "shares": run.shares,
             "tenants": run.tenants,
         }
         for run in runs

@@ -208,8 +208,9 @@ class OutcomeFold:
     nothing (a projector catching the core's state up to where its tables already are).
     The batch's changes are in ``changed_jobs``, ``changed_pods`` and ``changed_allocs``
     until ``end_batch``. With ``timelines`` the fold also keeps the GPU allocation over
-    time (``utilisation``: at, allocated milli-GPUs, capacity milli-GPUs) and each queue's
-    pending jobs over time (``depth``).
+    time (``utilisation``: at, allocated milli-GPUs, capacity milli-GPUs), each queue's
+    pending jobs over time (``depth``) and each queue's allocated milli-GPUs over time
+    (``held``).
     """
 
     state: State = field(default_factory=State)
@@ -222,7 +223,9 @@ class OutcomeFold:
     timelines: bool = False
     utilisation: list[tuple[int, int, int]] = field(default_factory=list)
     depth: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    held: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     allocated_milli: int = 0
+    queue_milli: dict[str, int] = field(default_factory=dict)
     capacity_milli: int = 0
     pending: dict[str, int] = field(default_factory=dict)
 
@@ -435,6 +438,7 @@ class OutcomeFold:
             self.allocated_milli += alloc.gpu_milli
             if self.timelines:
                 self.utilisation.append((at, self.allocated_milli, self.capacity_milli))
+                self._held(alloc.queue, at, alloc.gpu_milli)
 
     def _close(self, outcome: JobOutcome, job: str, pod: str, at: int, reason: str) -> None:
         alloc = self.open.pop((job, pod), None)
@@ -453,6 +457,7 @@ class OutcomeFold:
         self.allocated_milli -= milli
         if self.timelines:
             self.utilisation.append((at, self.allocated_milli, self.capacity_milli))
+            self._held(alloc.queue, at, -milli)
 
     def _touch(self, pod: PodOutcome, offset: int) -> None:
         pod.updated_offset = offset
@@ -464,6 +469,11 @@ class OutcomeFold:
         count = self.pending.get(queue, 0) + delta
         self.pending[queue] = count
         self.depth.setdefault(queue, []).append((at, count))
+
+    def _held(self, queue: str, at: int, delta: int) -> None:
+        milli = self.queue_milli.get(queue, 0) + delta
+        self.queue_milli[queue] = milli
+        self.held.setdefault(queue, []).append((at, milli))
 
     # ----------------------------------------------------------------- batches
 
