@@ -52,6 +52,7 @@ bench: $(STAMP) kafka-up k8s-up
 	$(PY) -m bench --kafka  # with the live path on the broker (bench/kafka_bench.py)
 	bash scripts/k8s.sh kube-scheduler >/dev/null  # upstream kube-scheduler, API server's version (cached)
 	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server: gpuledger vs kube-scheduler
+	$(PY) -m bench.kube --backlog  # the same with every pod created first: each scheduler's own rate
 	$(PY) -m bench.core  # scheduling cycles at 1,000 nodes, fill rate, memory (issue 8 targets)
 	$(PY) -m bench.policy --json $(OUT)/bench-policy.json  # gpuledger vs easy, fifo, drf on a congested multi-tenant week
 	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
