@@ -4,6 +4,7 @@ cluster): each connection answers its requests with the next canned responses.""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -27,8 +28,11 @@ class Server:
     """Accepts connections; connection ``i`` answers with ``scripts[i]`` (one response per
     request, then closes); records every request's head and body."""
 
-    def __init__(self, scripts: list[list[bytes]]) -> None:
+    def __init__(self, scripts: list[list[bytes]], reset: frozenset[int] = frozenset()) -> None:
         self.scripts = scripts
+        self.reset = reset
+        """Connections dropped with a reset (RST) rather than a close (FIN)."""
+        self.closed = [threading.Event() for _ in scripts]
         self.requests: list[tuple[int, bytes]] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -59,6 +63,9 @@ class Server:
                 cut = response.index(b"\r\n\r\n") + 4
                 conn.sendall(response[:cut])
                 conn.sendall(response[cut:])
+            if i in self.reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.closed[i].set()
 
 
 @pytest.fixture
@@ -109,6 +116,17 @@ def test_connection_close_and_a_dropped_idle_connection_take_a_new_one(make) -> 
     post("/b", {})
     post("/c", {})
     assert [i for i, _ in server.requests] == [0, 1, 2]
+
+
+def test_an_idle_connection_the_server_reset_takes_a_new_one(make) -> None:  # type: ignore[no-untyped-def]
+    # Connection 0 answers once and is reset by the server while idle: the next request on
+    # it fails with ECONNRESET (not an end of file), and goes on a fresh connection 1.
+    server = Server([[OK], [OK]], reset=frozenset({0}))
+    post = make(server)
+    post("/a", {})
+    assert server.closed[0].wait(5)
+    post("/b", {})
+    assert [i for i, _ in server.requests] == [0, 1]
 
 
 def test_no_server_is_a_transient_error() -> None:

@@ -556,7 +556,9 @@ def test_snapshot_plus_tail_equals_full_replay(
     for wave in range(6):
         send_events(s, "default", [job(f"s{wave}-{i}", pods=2) for i in range(10)])
         wait_for(lambda: caught_up(s), 30, "the scheduler")
-    assert len(read_all(s, s.snapshots)) >= 2
+    # a snapshot is written after the commit of the records it covers, so the last one
+    # may land just after the ledger is caught up
+    wait_for(lambda: len(read_all(s, s.snapshots)) >= 2, 30, "two snapshots")
     restored = run_sync(SchedulerService(ServiceConfig(settings=s, domain="default")).restore())
     with KafkaReader(s.bootstrap, s.ledger) as reader:
         full = replay(reader)

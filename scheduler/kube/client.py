@@ -242,16 +242,25 @@ class _Stale(Exception):  # noqa: N818  # a condition, not an error to report
 
 
 def _exchange(sock: Any, request: bytes) -> tuple[int, str, bytes, bool]:
-    """Send one HTTP/1.1 request; (status, reason, body, keep the connection)."""
-    sock.sendall(request)
+    """Send one HTTP/1.1 request; (status, reason, body, keep the connection).
+
+    ``_Stale`` when the connection ended before any byte of the response: closed (EOF), or
+    reset or broken — a server that dropped an idle kept-alive connection answers the next
+    request either way, depending on when its close reaches us."""
     buf = b""
-    while (end := buf.find(b"\r\n\r\n")) < 0:
-        chunk = sock.recv(65536)
-        if not chunk:
-            if buf:
-                raise ConnectionResetError("connection closed in a response's head")
-            raise _Stale
-        buf += chunk
+    try:
+        sock.sendall(request)
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            chunk = sock.recv(65536)
+            if not chunk:
+                if buf:
+                    raise ConnectionResetError("connection closed in a response's head")
+                raise _Stale
+            buf += chunk
+    except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+        if buf:
+            raise
+        raise _Stale from None
     head, rest = buf[:end].decode("latin-1").split("\r\n"), buf[end + 4 :]
     version, _, status_reason = head[0].partition(" ")
     code, _, reason = status_reason.partition(" ")
