@@ -20,7 +20,7 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
-from replay.conservation import fitting_jobs, live_reservations
+from replay.conservation import _fitting_job_waits, fitting_jobs, live_reservations
 from replay.sim import Simulation
 from scheduler.core.admission import admission_reason
 from scheduler.core.apply import apply
@@ -181,3 +181,61 @@ def test_fitting_jobs_place_as_allocate_scores_nodes() -> None:
     assert [j.job for j in fitting_jobs(packed, live_reservations(packed))] == ["g"]
     spread = _one_then_two("spread")
     assert [j.job for j in fitting_jobs(spread, live_reservations(spread))] == []
+
+
+def _waits_by_definition(state: State) -> tuple[bool, int, bool]:
+    """What the conservation monitor reports, by its definition: every job that fits, each
+    asked whether a rule holds it back."""
+    skip = live_reservations(state)
+    idle = sum(
+        n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
+    )
+    fitting = list(fitting_jobs(state, skip))
+    if not fitting:
+        return (False, idle, False)
+    if state.policy not in ("gpuledger", "kai"):
+        return (True, idle, False)
+    shares = fair_shares(state)
+    held = [
+        (queue := state.queues.get(j.queue)) is not None
+        and admission_reason(state, queue, j, shares) is not None
+        for j in fitting
+    ]
+    return (True, idle, all(held))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_estimates(), st.sampled_from(["gpuledger", "kai", "drf"]))
+def test_the_monitor_tries_free_jobs_first_and_reports_as_defined(scenario, policy) -> None:  # type: ignore[no-untyped-def]
+    seen: list[bool] = []
+
+    def observe(state: State, now: int) -> None:
+        got = _fitting_job_waits(state)
+        assert got == _waits_by_definition(state), f"t={now / 1000:.1f}s"
+        seen.append(got[2])
+
+    Simulation(*scenario, policy_event(policy, PolicyFile()), MemoryLedger()).run(observe=observe)
+    assert seen
+
+
+def test_the_monitor_reports_capacity_that_only_held_jobs_fit() -> None:
+    # ls deserves 2 of 8 GPUs and its non-preemptible work holds them; 20 more of its jobs
+    # fit the 6 idle GPUs but the quota rule holds them all back
+    cluster = ClusterFile(nodes=[NodeGroup(name="n", count=1, gpus=8, cpu=64, memory_gib=256)])
+    queues = QueuesFile(
+        queues=[QueueSpec(name="ls", deserved_gpus=2), QueueSpec(name="batch", deserved_gpus=6)]
+    )
+    infer = {"priority_class": "inference", "runtime_s": 3600}
+    jobs = [JobSpec(name=f"svc{i}", queue="ls", at_s=0, **infer) for i in range(2)]
+    jobs += [JobSpec(name=f"held{i:02d}", queue="ls", at_s=10, **infer) for i in range(20)]
+    seen: list[tuple[bool, int, bool]] = []
+
+    def observe(state: State, now: int) -> None:
+        got = _fitting_job_waits(state)
+        assert got == _waits_by_definition(state)
+        seen.append(got)
+
+    workload = WorkloadFile(jobs=jobs, horizon_s=600)
+    Simulation(cluster, queues, workload, policy_event("gpuledger", PolicyFile()),
+               MemoryLedger()).run(observe=observe)  # fmt: skip
+    assert (True, 6000, True) in seen, "idle GPUs that only held jobs fit, counted as by rule"
