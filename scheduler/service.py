@@ -362,6 +362,8 @@ class SchedulerService:
         self._offsets_at = 0.0
         """``time.monotonic()`` of the last commit of the intake position to the group."""
         self._offsets_task: asyncio.Task[None] | None = None
+        self._record_policy = False
+        """Whether the next micro-batch records ``config.policy`` first (``_take_over``)."""
         self._since_tidy = 0
         """Intake records since the heap was last tidied."""
         self._full_gc_at = 0.0
@@ -453,6 +455,9 @@ class SchedulerService:
         self.state, self.ledger_next, self.intake_next, self.records = await self.restore()
         self.records_since_snapshot = 0
         self._offsets_at = 0.0
+        # Decided here, once per take-over: a policy record sent through intake later on
+        # stands until the next owner.
+        self._record_policy = self.ledger_next == 0 or self.state.policy != self.config.policy
         self._consumer.seek(self.tp, self.intake_next)
         # The restored state is frozen as it is (a collection here would walk all of it
         # on every start); what the restore left as cyclic garbage waits for the next
@@ -570,10 +575,12 @@ class SchedulerService:
         started = time.perf_counter()
         inputs: list[Input | Refusal] = []
         now = wall_ms()
-        if self.ledger_next == 0 or self.state.policy != self.config.policy:
+        if self._record_policy:
             # A new ledger starts with the live policy, so that a replay knows it; a
-            # ledger kept under another policy records the switch first.
+            # ledger kept under another policy records the switch first. (A failed
+            # transaction stands the service down; the next take-over decides again.)
             inputs.append((live_policy(self.config.policy), now))
+            self._record_policy = False
         first = len(inputs)
         for m in msgs:
             try:

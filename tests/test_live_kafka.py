@@ -587,3 +587,8 @@ def test_the_service_records_its_policy_and_a_switch(
     wait_for(lambda: caught_up(s), 30, "the second scheduler")
     assert policies() == ["kai", "gpuledger"], "another policy is recorded as a switch"
     assert_exactly_once_and_replays(s)
+    # a policy sent through intake stands: the switch is decided once, at take-over
+    send_events(s, "default", [PolicyConfigured(policy="drf", requeue_lost=False)])
+    send_events(s, "default", [job("after-drf")])
+    wait_for(lambda: caught_up(s), 30, "the scheduler")
+    assert policies() == ["kai", "gpuledger", "drf"]
