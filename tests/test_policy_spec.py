@@ -914,6 +914,29 @@ _ORG_HOLDS_ITS_QUOTA = (
 
 RECLAIM = [
     case(
+        # a's head needs 4 more of its non-preemptible quota (4 of 6 used): its quota holds
+        # it back, not capacity, so it blocks nothing; a2 fits a's quota and reclaims b1
+        # (b holds 4 against its quota of 2), as the queue's head would; the first is
+        # then held at 6 of 6
+        "a-head-held-by-its-quota-lets-the-next-job-reclaim",
+        (node("n1"), queue("a", deserved=6), queue("b", deserved=2)),
+        (0, job("a1", "a", gpus=4, cls="build"), job("b1", "b", gpus=4)),
+        (1, started("a1"), started("b1")),
+        (10, job("big", "a", gpus=4, cls="build"), job("a2", "a", gpus=2, cls="build")),
+        then={
+            "preempted": [("b1", "reclaim", "a2")],
+            "placed": ["a2"],
+            "reasons": {
+                "big": (
+                    "non-preemptible job waits for deserved quota of 'a': 6 of 6 GPUs held by "
+                    "non-preemptible jobs, job needs 4",
+                    False,
+                )
+            },
+        },
+        backfill=True,
+    ),
+    case(
         # a1 checkpointed at 610 s and loses 390 s x 8 GPUs; a2 would lose 900 s x 8
         "a-queue-under-its-quota-reclaims-the-cheapest-job-of-a-queue-over-it",
         _TWO_QUEUES,

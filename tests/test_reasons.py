@@ -178,7 +178,8 @@ def job_behind_its_blocked_head() -> World:
 def job_behind_a_head_held_by_quota() -> World:
     w = Recording(node("n1"), queue("a", deserved=4), queue("b", deserved=4), backfill=True)
     w.at(0, job("np1", "a", gpus=4, cls="build"))
-    w.at(1, job("np2", "a", gpus=2, cls="build"), job("t", "a", gpus=8))
+    # np2 is held by a's quota and blocks nothing: t is the head in its place, reserving
+    w.at(1, job("np2", "a", gpus=2, cls="build"), job("t", "a", gpus=8), job("u", "a", gpus=6))
     return w
 
 
@@ -308,9 +309,9 @@ CASES = {
     ),
     "job behind a head held back by quota": Case(
         job_behind_a_head_held_by_quota,
-        "t",
+        "u",
         "behind",
-        ("waits behind the blocked head of queue 'a'; it does not fit the free capacity",),
+        ("waits behind job 't', the head of queue 'a' holding a reservation; it does not fit",),
     ),
     "nothing reclaimable: non-preemptible": Case(
         nothing_reclaimable_non_preemptible,

@@ -74,23 +74,32 @@ def allocate(state: State, emit: Emit) -> None:
         if queue.name in s.blocked and _no_room_left(s, queue):
             s.done[queue.name] = None  # nothing behind the blocked head could be placed
             continue
-        tried, reason = _admit(s, queue, job, head=head)
-        if tried == "placed":
-            _placed(s, job)
-            continue  # the job left pending; the same index is now the next job
-        s.cursor[queue.name] = index + 1
-        if head:
-            _blocked(s, queue, job, reason)
-        elif tried == "failed" and reason is None:
-            missed(s, queue, job)  # behind a blocked head: a placement into the gap failed
-        elif queue.name in s.blocked:
-            # Held back by its queue's limit or quota, or ruled out by the memo of failed
-            # shapes: nothing was tried, so it is no backfill try (a queue's rules must not
-            # use up the tries that a job its rules admit would have had).
-            _skipped(s, queue, job)
+        _step(s, queue, job, index, head=head)
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+
+
+def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None:
+    """Try the job at ``index`` of the queue's pending list, and move the queue's walk on
+    by what came of it."""
+    passing = head and queue.name in s.passed
+    tried, reason = _admit(s, queue, job, head=head, passing=passing)
+    if tried == "placed":
+        _placed(s, job)
+        return  # the job left pending; the same index is now the next job
+    s.cursor[queue.name] = index + 1
+    if passing and reason is not None:
+        return  # held back as the head passed over before it (``_skip_known``)
+    if head:
+        _blocked(s, queue, job, reason)
+    elif tried == "failed" and reason is None:
+        missed(s, queue, job)  # behind a blocked head: a placement into the gap failed
+    elif queue.name in s.blocked:
+        # Held back by its queue's limit or quota, or ruled out by the memo of failed
+        # shapes: nothing was tried, so it is no backfill try (a queue's rules must not
+        # use up the tries that a job its rules admit would have had).
+        _skipped(s, queue, job)
 
 
 def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
@@ -127,7 +136,7 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     ``skipping``) would be skipped for the same reasons. Neither changes between
     placements and evictions (which empty ``Session.headroom`` too). A congested queue's
     backlog is passed over here instead of being tried job by job."""
-    if queue.name not in s.blocked:
+    if queue.name not in s.blocked and queue.name not in s.passed:
         return index
     pending = queue.pending
     jobs = s.state.jobs
@@ -177,17 +186,21 @@ def _headroom(s: Session, queue: Queue) -> Headroom:
     return room
 
 
-def _admit(s: Session, queue: Queue, job: Job, *, head: bool) -> tuple[Tried, Reason | None]:
+def _admit(
+    s: Session, queue: Queue, job: Job, *, head: bool, passing: bool = False
+) -> tuple[Tried, Reason | None]:
     """Admit and try the job: what came of it, and why admission held it back (None: it
     did not). A head held back only by a limit may still start by preempting
-    lower-priority jobs of its own queue that bring every limit back within bounds."""
+    lower-priority jobs of its own queue that bring every limit back within bounds; the
+    jobs tried after a head admission held back (``passing``) do not, as that head
+    tried already."""
     state = s.state
     if not s.limited[queue.name] and job.preemptible:
         return _try_job(s, queue, job, head=head), None
     reason = _admission(s, queue, job)
     if reason is None:
         return _try_job(s, queue, job, head=head), None
-    if not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
+    if passing or not (head and state.config.preempt) or quota_reason(state, queue, job, s.shares):
         return "failed", reason
     tried = _try_preempting(s, queue, job)
     return tried, (None if tried == "placed" else reason)
@@ -226,7 +239,7 @@ def _next_queue(s: Session) -> Queue | None:
         queue = ranked[s.at]
         if queue.name not in s.done:
             index = s.cursor.get(queue.name, 0)
-            if s.skipping or (SKIP_HELD and s.blocked):
+            if s.skipping or (SKIP_HELD and (s.blocked or s.passed)):
                 index = _skip_known(s, queue, index)
             if index < len(queue.pending):
                 return queue
@@ -272,11 +285,15 @@ def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
         s.done[queue.name] = None  # first in, first out: the queue waits behind it
         note_reason(job, reason or blocked_reason(s, queue, job, None), s.emit)
         return
+    if reason is not None:
+        # Held back by its queue's limit or quota, not by capacity: it reserves nothing
+        # and blocks nothing. The next job the queue's rules admit is its head instead,
+        # and makes room or reserves as a head does.
+        note_reason(job, reason, s.emit)
+        s.passed[queue.name] = None
+        return
     s.blocked[queue.name] = None
     s.heads[queue.name] = job.job
-    if reason is not None:
-        note_reason(job, reason, s.emit)  # held back by a limit or quota: reserves nothing
-        return
     if not s.state.config.reservations:
         # KAI-Scheduler's backfill: nothing is held for a blocked head
         note_reason(job, blocked_reason(s, queue, job, None), s.emit)
@@ -419,6 +436,7 @@ def _reopen(s: Session) -> None:
     cycle still ends."""
     s.done.clear()
     s.blocked.clear()
+    s.passed.clear()
     s.cursor.clear()
     s.misses.clear()
     s.reservations.clear()

@@ -93,8 +93,8 @@ def blocked_reason(s: Session, queue: Queue, job: Job, reservation: Reservation 
 
 def behind_reason(queue: Queue, head: str, reserved: bool) -> Reason:
     """A job behind its queue's blocked head that does not fit the gap. The head is named
-    when it holds a reservation (what the gap is kept for); a head held back by a limit
-    or quota is not, as the head changes with every job that arrives before it."""
+    when it holds a reservation (what the gap is kept for); without reservations
+    (``reservations: false``) the gap is all free capacity, and no head is named."""
     if reserved:
         return Reason(
             f"waits behind job '{head}', the head of queue '{queue.name}' holding a "

@@ -59,6 +59,10 @@ class Session:
     """Per queue, the index in its pending list of the next job to try."""
     blocked: dict[str, None] = field(default_factory=dict)
     """Queues whose head could not start: behind it only backfill into the gap is tried."""
+    passed: dict[str, None] = field(default_factory=dict)
+    """Queues whose head their own limit or quota holds back (with backfill): capacity is
+    not what it waits for, so the next job the queue's rules admit is tried as its head
+    (``allocate._blocked``), and the held jobs on the way are passed over as that head."""
     heads: dict[str, str] = field(default_factory=dict)
     """Per blocked queue, its head (named in the reasons of the jobs behind it)."""
     misses: dict[str, int] = field(default_factory=dict)
