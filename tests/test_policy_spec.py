@@ -321,6 +321,24 @@ def test_usage_decays_between_half_lives() -> None:
 
 QUEUE_ORDER = [
     case(
+        # a's head is held by a's quota (5 of 6 held, needs 4): a is ranked by a2, which
+        # fits its quota, so a goes before b (above its own) and nothing b would borrow
+        # in the cycle is reclaimed in it; ranked by its head, b went first, borrowed the
+        # free GPUs and a2 reclaimed them at once
+        "a-queue-is-ranked-by-the-job-it-tries-not-by-a-head-its-quota-holds",
+        (node("n1"), queue("a", deserved=6), queue("b", deserved=2)),
+        (0, job("a1", "a", gpus=5, cls="build"), job("b1", "b", gpus=1)),
+        (1, started("a1"), started("b1")),
+        (
+            10,
+            job("big", "a", gpus=4, cls="build"),
+            job("a2", "a", gpus=1, cls="build"),
+            job("b2", "b", gpus=2),
+        ),
+        then={"placed": ["a2"], "preempted": []},
+        backfill=True,
+    ),
+    case(
         # rich has the higher priority but no quota; poor's head fits within its quota
         # both heads fit their fair share of 8; rich has the higher priority, but only
         # poor's head fits within its deserved quota

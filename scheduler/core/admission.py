@@ -15,17 +15,16 @@ from scheduler.core.running import NEVER
 from scheduler.core.state import Job, Queue, State
 
 
-def queue_order(
-    queue: Queue, shares: Shares, jobs: dict[str, Job]
-) -> tuple[int, int, int, int, int, str]:
+def queue_order(queue: Queue, shares: Shares, head: Job) -> tuple[int, int, int, int, int, str]:
     """KAI's queue order: head within deserved, within fair share, priority, dominant
     share, age. Judging by the head job's request (not the queue's allocation alone)
     keeps a queue from borrowing beyond its quota in a cycle where another queue, still
-    within its own, would then have to reclaim it back."""
+    within its own, would then have to reclaim it back. ``head`` is the job the queue
+    tries next (``allocate._heads``)."""
     allocated = queue.allocated
     deserved = shares.deserved[queue.name]
     fair = shares.fair[queue.name]
-    need = jobs[queue.pending[0][2]].request[0] if queue.pending else 0
+    need = head.request[0]
     below_deserved = 0 if allocated[0] + need <= deserved[0] else 1
     below_fair = 0 if allocated[0] + need <= fair[0] else 1
     dominant = 0
@@ -41,7 +40,9 @@ _RATIO = 1_000_000
 """Shares are compared in parts per million (integer arithmetic)."""
 
 
-def kai_ranked(state: State, leaves: list[Queue], shares: Shares) -> list[Queue]:
+def kai_ranked(
+    state: State, leaves: list[Queue], shares: Shares, heads: dict[str, Job]
+) -> list[Queue]:
     """The leaves in KAI-Scheduler's queue order (``queue_order: kai``), level by level:
     the top-level queues are ranked, each by its own share and its best head job (the head
     of its first leaf), then the children inside each the same way, down to the leaves.
@@ -61,7 +62,7 @@ def kai_ranked(state: State, leaves: list[Queue], shares: Shares) -> list[Queue]
         entries = []
         for queue in children.values():
             inside = order(below[queue.name]) if queue.name in below else [queue]
-            head = state.jobs[inside[0].pending[0][2]]
+            head = heads[inside[0].name]
             key = _kai_key(queue, head.request, shares, modelled)
             entries.append(((*key, rank.get(queue.name, 0), queue.name), inside))
         entries.sort(key=lambda entry: entry[0])

@@ -226,13 +226,12 @@ def _next_queue(s: Session) -> Queue | None:
     placement; in between queues only drop out.
     """
     if not s.ranked:
-        jobs = s.state.jobs
+        heads = _heads(s)
+        leaves = [q for q in s.leaves if q.name in heads]
         if s.state.config.queue_order == "kai":
-            s.ranked = kai_ranked(s.state, [q for q in s.leaves if q.pending], s.shares)
+            s.ranked = kai_ranked(s.state, leaves, s.shares, heads)
         else:
-            s.ranked = sorted(
-                (q for q in s.leaves if q.pending), key=lambda q: queue_order(q, s.shares, jobs)
-            )
+            s.ranked = sorted(leaves, key=lambda q: queue_order(q, s.shares, heads[q.name]))
         s.at = 0
     ranked = s.ranked
     while s.at < len(ranked):
@@ -245,6 +244,78 @@ def _next_queue(s: Session) -> Queue | None:
                 return queue
         s.at += 1
     return None
+
+
+def _heads(s: Session) -> dict[str, Job]:
+    """Per leaf with pending jobs, the job its queue is ranked by: the first job it will
+    try. With backfill a head its own limit or quota holds back is passed over before
+    the queues are ranked (``_pass_held_head``), so a queue is judged by the job it
+    would start, not by one its rules keep waiting (KAI-Scheduler ranks a queue by the
+    job it tries next as well)."""
+    jobs = s.state.jobs
+    backfill = s.state.config.backfill
+    heads: dict[str, Job] = {}
+    for queue in s.leaves:
+        pending = queue.pending
+        if not pending:
+            continue
+        at = 0
+        if backfill and queue.name not in s.blocked and queue.name not in s.done:
+            at = _pass_held_head(s, queue)
+        heads[queue.name] = jobs[pending[min(at, len(pending) - 1)][2]]
+    return heads
+
+
+def _pass_held_head(s: Session, queue: Queue) -> int:
+    """Pass over the queue's head if its own limit or quota holds it back (saying so), and
+    the held jobs after it (``_past_held``): the index of the job the queue tries next.
+    A head held by a limit alone is left to its turn, where it may preempt lower-priority
+    jobs of its own queue (``_admit``)."""
+    state = s.state
+    at = s.cursor.get(queue.name, 0)
+    if queue.name not in s.passed:
+        if at:
+            return 0  # the head was tried already in this cycle
+        job = state.jobs[queue.pending[0][2]]
+        if job.backoff_until > state.now or job.job in s.requeued:
+            return 0
+        if not s.limited[queue.name] and job.preemptible:
+            return 0
+        reason = _admission(s, queue, job)
+        if reason is None:
+            return 0
+        if state.config.preempt and not quota_reason(state, queue, job, s.shares):
+            return 0
+        note_reason(job, reason, s.emit)
+        s.passed[queue.name] = None
+        at = 1
+    at = _past_held(s, queue, at)
+    s.cursor[queue.name] = at
+    return at
+
+
+def _past_held(s: Session, queue: Queue, at: int) -> int:
+    """The index of the queue's first job from ``at`` on that admission does not hold
+    back (``admission_held``), or that is backing off (it is told so in its turn)."""
+    pending = queue.pending
+    jobs = s.state.jobs
+    now = s.state.now
+    limited = s.limited[queue.name]
+    r0, r1, r2, rq = _headroom(s, queue)
+    while at < len(pending):
+        job = jobs[pending[at][2]]
+        if job.backoff_until > now or not (limited or not job.preemptible):
+            break
+        request = job.request
+        if not (
+            request[0] > r0
+            or request[1] > r1
+            or request[2] > r2
+            or (not job.preemptible and request[0] > rq)
+        ):
+            break
+        at += 1
+    return at
 
 
 def _no_room_left(s: Session, queue: Queue) -> bool:
