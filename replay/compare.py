@@ -362,19 +362,33 @@ held so much of its deserved quota that the job would have borrowed had it start
 within share``), against fifo's p90 wait for the queue."""
 
 
+def within_share_ratios(runs: Sequence[Run], policy: str = "gpuledger") -> dict[str, float | None]:
+    """Per queue, the policy's p90 of the wait its deserved quota does not explain
+    (``share_waits``) over fifo's p90 wait: the share table's last column (None where a
+    run is missing)."""
+    fifo = next((r for r in runs if r.policy == "fifo"), None)
+    run = next((r for r in runs if r.policy == policy), None)
+    if fifo is None or run is None:
+        return {}
+    ratios: dict[str, float | None] = {}
+    for queue, row in run.shares.items():
+        base = _p90(fifo, queue)
+        within = row["in_share_p90_s"]
+        ratios[queue] = within / base if base and within is not None else None
+    return ratios
+
+
 def share_table(runs: Sequence[Run]) -> str:
     """How much of each queue's waiting its deserved quota explains, per policy with
     quotas (``replay.metrics.share_waits``), against fifo's p90 wait."""
-    fifo = next((r for r in runs if r.policy == "fifo"), None)
+    ratios = {run.policy: within_share_ratios(runs, run.policy) for run in runs}
     rows: list[dict[str, Any]] = []
     for queue in runs[0].demand:
-        base = _p90(fifo, queue) if fifo is not None else None
         for run in runs:
             row = run.shares.get(queue)
             if run.policy not in GANG_POLICIES or row is None:
                 continue
-            within = row["in_share_p90_s"]
-            ratio = within / base if base and within is not None else None
+            ratio = ratios[run.policy].get(queue)
             rows.append({"queue": queue, "policy": run.policy, **row, "ratio": ratio})
     return render_table(rows, list(SHARES))
 
