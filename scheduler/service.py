@@ -2,18 +2,25 @@
 
 This is the one module that knows the stream processor. It is a consume-transform-produce
 loop with aiokafka's transactional producer; faust-streaming was tried first and not used
-(docs/operations.md, "Why not faust"). Per micro-batch of intake records it:
+(docs/operations.md, "Why not faust"). A task of its own (``_pump``) takes intake records
+off the consumer as they are fetched; per micro-batch of what has arrived it:
 
-1. decodes and validates each record; a refused one becomes a dead letter,
-2. applies the accepted ones and runs one ``cycle`` (the engine's order),
-3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
-   domain's ledger partition and the dead letters; after it, at most every
-   ``offsets_every_ms``, the intake offset is committed to the group (for lag tools only,
-   see below);
-4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
-   the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot in a
-   transaction of its own, from a second producer and off the loop's path
-   (``_write_snapshot``).
+1. begins a transaction and adds the ledger partition to it at once, so that round trip
+   overlaps the next two steps (``add_partition_now``),
+2. decodes and validates each record; a refused one becomes a dead letter,
+3. applies the accepted ones and runs one ``cycle`` (the engine's order),
+4. appends ``[accepted inputs…, decisions…, cycle_completed]`` to the domain's ledger
+   partition and the dead letters, and commits: all of it in ONE transaction; after it,
+   at most every ``offsets_every_ms``, the intake offset is committed to the group (for
+   lag tools only, see below);
+5. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
+   the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot, in parts
+   (``scheduler.snapshot.split_snapshot``) and in a transaction of its own, from a second
+   producer and off the loop's path (``_write_snapshot``).
+
+Nothing of a micro-batch is visible before its commit, and the next one is applied only
+after it: if a transaction fails, the state (which holds the failed batch) is rebuilt from
+the ledger, as a new owner would (``_step_down``, then ``_take_over``).
 
 A snapshot is consistent with the ledger offset it records because it is encoded between
 two micro-batches, right after the commit of the records it covers: it is committed
@@ -859,7 +866,7 @@ class SchedulerService:
         records = split_snapshot(
             self.config.domain, data, self.config.snapshot_part_bytes, os.urandom(8).hex().encode()
         )
-        del data
+        parts = 0
         try:
             async with producer.transaction():
                 # A part at a time, each acknowledged before the next is built: the loop
@@ -870,6 +877,7 @@ class SchedulerService:
                             s.snapshots, value, key=key, partition=self.partition, headers=headers
                         )
                     )
+                    parts += 1
         except ProducerFenced:
             self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
             return
@@ -884,7 +892,7 @@ class SchedulerService:
             "snapshot at ledger %d committed in %.0f ms (%d records)",
             ledger_next,
             (time.perf_counter() - started) * 1000,
-            len(records),
+            parts,
         )
 
     async def _serve_metrics(

@@ -34,7 +34,7 @@ compared with the recorded ones, so a snapshot that does not fit its ledger is c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -152,24 +152,24 @@ SnapshotRecord = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
 def split_snapshot(
     domain: str, data: bytes, part_bytes: int = PART_BYTES, snapshot_id: bytes = b""
-) -> list[SnapshotRecord]:
+) -> Iterator[SnapshotRecord]:
     """The records that store the snapshot ``data`` of ``domain``, in order (see the module
     docstring): one keyed ``domain`` if it fits in ``part_bytes``, else parts of at most
-    ``part_bytes`` each, tagged with ``snapshot_id`` (unique per snapshot written)."""
+    ``part_bytes`` each, tagged with ``snapshot_id`` (unique per snapshot written). Each
+    part is copied out of ``data`` only when it is asked for."""
     if part_bytes <= 0:
         raise ValueError(f"part_bytes must be positive, not {part_bytes}")
     if len(data) <= part_bytes:
-        return [(domain.encode(), data, [])]
+        yield domain.encode(), data, []
+        return
     n = -(-len(data) // part_bytes)
     view = memoryview(data)
-    return [
-        (
+    for i in range(n):
+        yield (
             f"{domain}/{i}".encode(),
             bytes(view[i * part_bytes : (i + 1) * part_bytes]),
             [(SNAPSHOT_ID, snapshot_id), (SNAPSHOT_PART, f"{i}/{n}".encode())],
         )
-        for i in range(n)
-    ]
 
 
 class SnapshotAssembler:

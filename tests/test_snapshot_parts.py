@@ -30,7 +30,7 @@ def compact(records: list[SnapshotRecord]) -> list[SnapshotRecord]:
 
 def test_a_large_snapshot_is_split_into_parts_and_reassembled() -> None:
     data = os.urandom(10_000)
-    records = split_snapshot("d", data, 3000, b"s1")
+    records = list(split_snapshot("d", data, 3000, b"s1"))
     assert [key for key, _, _ in records] == [b"d/0", b"d/1", b"d/2", b"d/3"]
     assert all(len(v) <= 3000 for _, v, _ in records)
     assert [dict(h)[SNAPSHOT_PART] for _, _, h in records] == [b"0/4", b"1/4", b"2/4", b"3/4"]
@@ -40,17 +40,17 @@ def test_a_large_snapshot_is_split_into_parts_and_reassembled() -> None:
 
 def test_a_small_snapshot_is_one_record_as_before() -> None:
     data = b"x" * 100
-    assert split_snapshot("d", data, 100) == [(b"d", data, [])]
+    assert list(split_snapshot("d", data, 100)) == [(b"d", data, [])]
     assert latest_snapshot(values(split_snapshot("d", data, 100))) == data
     with pytest.raises(ValueError, match="positive"):
-        split_snapshot("d", data, 0)
+        list(split_snapshot("d", data, 0))
 
 
 def test_the_newest_complete_snapshot_wins_after_compaction() -> None:
     legacy = [(b"d", b"legacy", [])]  # written whole by an older version
-    older = split_snapshot("d", os.urandom(5000), 1000, b"old")  # 5 parts
+    older = list(split_snapshot("d", os.urandom(5000), 1000, b"old"))  # 5 parts
     newer_data = os.urandom(2500)
-    newer = split_snapshot("d", newer_data, 1000, b"new")  # 3 parts
+    newer = list(split_snapshot("d", newer_data, 1000, b"new"))  # 3 parts
     log = legacy + older + newer
     assert latest_snapshot(values(log)) == newer_data
     # Compaction keeps the legacy record and the older snapshot's parts 3 and 4, which
@@ -62,8 +62,8 @@ def test_the_newest_complete_snapshot_wins_after_compaction() -> None:
 
 def test_incomplete_or_interleaved_parts_are_not_a_snapshot() -> None:
     whole = os.urandom(3000)
-    first = split_snapshot("d", whole, 1000, b"a")
-    second = split_snapshot("d", os.urandom(3000), 1000, b"b")
+    first = list(split_snapshot("d", whole, 1000, b"a"))
+    second = list(split_snapshot("d", os.urandom(3000), 1000, b"b"))
     # a sequence cut short: the older complete one stands
     assert latest_snapshot(values(first + second[:2])) == whole
     # parts of two snapshots mixed: neither passes for complete
