@@ -2,8 +2,7 @@
 
 This is the one module that knows the stream processor. It is a consume-transform-produce
 loop with aiokafka's transactional producer; faust-streaming was tried first and not used
-(docs/operations.md, "Why not faust"). A task of its own (``_pump``) takes intake records
-off the consumer as they are fetched; per micro-batch of what has arrived it:
+(docs/operations.md, "Why not faust"). Per micro-batch of intake records it:
 
 1. begins a transaction and adds the ledger partition to it at once, so that round trip
    overlaps the next two steps (``add_partition_now``),
@@ -45,7 +44,6 @@ exits with status 3).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import gc
 import logging
@@ -400,12 +398,6 @@ class SchedulerService:
         """Intake records since the heap was last tidied."""
         self._full_gc_at = 0.0
         """``time.monotonic()`` of the last full collection."""
-        self._pending: collections.deque[Any] = collections.deque()
-        """Intake records fetched and not yet decided (``_pump``)."""
-        self._pump_next = 0
-        self._pump_task: asyncio.Task[None] | None = None
-        self._arrived = asyncio.Event()
-        self._taken = asyncio.Event()
         self._txn_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the revocation check."""
         self.fenced: Fenced | None = None
@@ -456,7 +448,6 @@ class SchedulerService:
                     await self._take_over()
                 await self._step()
         finally:
-            await self._stop_pump()
             await self._stop_snapshots()
             if self._offsets_task is not None:
                 self._offsets_task.cancel()
@@ -498,7 +489,6 @@ class SchedulerService:
         # stands until the next owner.
         self._record_policy = self.ledger_next == 0 or self.state.policy != self.config.policy
         self._consumer.seek(self.tp, self.intake_next)
-        self._start_pump()
         # The restored state is frozen as it is (a collection here would walk all of it
         # on every start); what the restore left as cyclic garbage waits for the next
         # full collection (``_tidy_heap``).
@@ -584,7 +574,6 @@ class SchedulerService:
 
     async def _step_down(self) -> None:
         self.active = False
-        await self._stop_pump()
         await self._stop_snapshots()
         async with self._txn_lock:
             if self._producer is not None:
@@ -607,65 +596,13 @@ class SchedulerService:
             with contextlib.suppress(Exception):
                 await producer.stop()
 
-    async def _pump(self) -> None:
-        """Move fetched intake records into ``_pending`` as soon as they arrive.
-
-        aiokafka sends the next fetch for a partition only once everything it fetched
-        before has been taken, so a loop that polls only between micro-batches gets, after
-        each commit, just what one fetch brought right after the previous poll; the records
-        that arrived during the commit wait for the next poll and one more micro-batch
-        (measured: the first record of a batch was 1.5 batch times old when polled). Taken
-        here, on its own task, the fetches go on while the loop decides and commits, and
-        the next micro-batch is everything that arrived until the previous one committed.
-        Holds at most ``max_batch`` records ahead of the loop."""
-        cfg = self.config
-        while True:
-            while len(self._pending) >= cfg.max_batch:
-                self._taken.clear()
-                await self._taken.wait()
-            got = await self._consumer.getmany(
-                self.tp, timeout_ms=cfg.poll_ms, max_records=cfg.max_batch
-            )
-            for m in got.get(self.tp, ()):
-                if m.offset >= self._pump_next:  # nothing from before the last seek
-                    self._pending.append(m)
-                    self._pump_next = m.offset + 1
-            if self._pending:
-                self._arrived.set()
-
-    def _start_pump(self) -> None:
-        """Fetch intake from ``intake_next`` on (after the consumer was positioned there)."""
-        self._pending.clear()
-        self._pump_next = self.intake_next
-        self._pump_task = asyncio.create_task(self._pump())
-
-    async def _stop_pump(self) -> None:
-        task, self._pump_task = self._pump_task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        self._pending.clear()
-
     async def _take(self) -> list[Any]:
         """Up to ``max_batch`` intake records, waiting at most ``poll_ms`` for the first."""
         cfg = self.config
-        task = self._pump_task
-        if not self._pending and task is not None:
-            self._arrived.clear()
-            arrived = asyncio.ensure_future(self._arrived.wait())
-            try:
-                await asyncio.wait({arrived, task}, timeout=cfg.poll_ms / 1000)
-            finally:
-                arrived.cancel()
-            if task.done():
-                self._pump_task = None
-                task.result()  # the consumer's error, as a poll on the loop would raise it
-                raise KafkaError("the intake fetcher stopped")
-        n = min(len(self._pending), cfg.max_batch)
-        msgs = [self._pending.popleft() for _ in range(n)]
-        self._taken.set()
-        return msgs
+        got = await self._consumer.getmany(
+            self.tp, timeout_ms=cfg.poll_ms, max_records=cfg.max_batch
+        )
+        return list(got.get(self.tp, []))
 
     async def _step(self) -> None:
         msgs = await self._take()
