@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import collect_hosts, create_conn
 from aiokafka.errors import (
@@ -324,6 +324,24 @@ async def send_records(
     return int(done[0].offset), int(done[-1].offset) + sent[-1][1] - 1
 
 
+async def add_partition_now(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
+    """Add ``topic[partition]`` to the open transaction now, before anything is sent to it.
+
+    aiokafka adds a partition to the transaction (``AddPartitionsToTxn``, a round trip to
+    the coordinator) when the first record for it is sent, and holds the produce request
+    back until the answer; so a transaction's round trips are strictly in sequence. Added
+    here, the request is on the wire while the caller computes what it will send (the
+    scheduler service: the micro-batch's cycle), and the answer is usually back by then.
+    A transaction in which nothing is sent to the partition still commits (the partition
+    only gets the commit marker)."""
+    # What ``send`` does for a partition it has not added yet (aiokafka has no public call).
+    producer._txn_manager.maybe_add_partition_to_txn(TopicPartition(topic, partition))
+    # The sender task wakes, starts the request task, and that writes the request: a few
+    # turns of the event loop, before the caller's synchronous work holds it.
+    for _ in range(4):
+        await asyncio.sleep(0)
+
+
 async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | None = None) -> None:
     """``await client.start()`` for any aiokafka client; when it cannot connect, stop it and
     raise ``KafkaAuthError`` or ``KafkaLogError`` saying why.
@@ -416,6 +434,7 @@ __all__ = [
     "READ_TIMEOUT_S",
     "SNAPSHOT_MAX_BYTES",
     "KafkaSettings",
+    "add_partition_now",
     "create_topics",
     "diagnose_connection",
     "ensure_topics",

@@ -4,16 +4,22 @@ This is the one module that knows the stream processor. It is a consume-transfor
 loop with aiokafka's transactional producer; faust-streaming was tried first and not used
 (docs/operations.md, "Why not faust"). Per micro-batch of intake records it:
 
-1. decodes and validates each record; a refused one becomes a dead letter,
-2. applies the accepted ones and runs one ``cycle`` (the engine's order),
-3. in ONE transaction appends ``[accepted inputs…, decisions…, cycle_completed]`` to the
-   domain's ledger partition and the dead letters; after it, at most every
-   ``offsets_every_ms``, the intake offset is committed to the group (for lag tools only,
-   see below);
-4. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
-   the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot in a
-   transaction of its own, from a second producer and off the loop's path
-   (``_write_snapshot``).
+1. begins a transaction and adds the ledger partition to it at once, so that round trip
+   overlaps the next two steps (``add_partition_now``),
+2. decodes and validates each record; a refused one becomes a dead letter,
+3. applies the accepted ones and runs one ``cycle`` (the engine's order),
+4. appends ``[accepted inputs…, decisions…, cycle_completed]`` to the domain's ledger
+   partition and the dead letters, and commits: all of it in ONE transaction; after it,
+   at most every ``offsets_every_ms``, the intake offset is committed to the group (for
+   lag tools only, see below);
+5. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
+   the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot, in parts
+   (``scheduler.snapshot.split_snapshot``) and in a transaction of its own, from a second
+   producer and off the loop's path (``_write_snapshot``).
+
+Nothing of a micro-batch is visible before its commit, and the next one is applied only
+after it: if a transaction fails, the state (which holds the failed batch) is rebuilt from
+the ledger, as a new owner would (``_step_down``, then ``_take_over``).
 
 A snapshot is consistent with the ledger offset it records because it is encoded between
 two micro-batches, right after the commit of the records it covers: it is committed
@@ -70,6 +76,7 @@ from events.codec import (
 from events.kafka_admin import (
     SNAPSHOT_MAX_BYTES,
     KafkaSettings,
+    add_partition_now,
     ensure_topics,
     new_consumer,
     new_producer,
@@ -80,8 +87,16 @@ from events.kafkalog import end_offset_of, read_records
 from events.localfiles import wall_ms
 from events.model import PodsAllocated, tag_of
 from scheduler.core import State, fair_shares
-from scheduler.runtime import Input, Refusal, Runtime, live_policy
-from scheduler.snapshot import CatchUp, SnapshotError, decode_snapshot, encode_snapshot
+from scheduler.runtime import Input, Refusal, Runtime, StepResult, live_policy
+from scheduler.snapshot import (
+    PART_BYTES,
+    CatchUp,
+    SnapshotAssembler,
+    SnapshotError,
+    decode_snapshot,
+    encode_snapshot,
+    split_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +106,8 @@ WRITER = "writer"
 """Header on the last ledger record of each transaction: ``host/pid`` of the instance that
 committed it (for operators and the fencing test; replay ignores headers)."""
 FENCED_EXIT = 3
+ENCODER_NICE = 10
+"""How much lower than the service the snapshot encoder's child runs (``os.nice``)."""
 
 
 class Fenced(RuntimeError):  # noqa: N818  # names the condition, like aiokafka's
@@ -298,6 +315,9 @@ class ServiceConfig:
     poll_ms: int = 50
     snapshot_every: int = 50_000
     """Ledger records between snapshots."""
+    snapshot_part_bytes: int = PART_BYTES
+    """A larger snapshot is written as parts of at most this many bytes, one at a time, in
+    its one transaction (``scheduler.snapshot.split_snapshot``)."""
     session_timeout_ms: int = 3000
     """How long the group waits before a silent active instance loses the domain."""
     metrics_port: int | None = None
@@ -319,6 +339,16 @@ class ServiceConfig:
     after a micro-batch's transaction. Nothing of the service reads it back (a new owner
     takes its position from the ledger's ``intake-next`` header): it is there for lag
     tools, to which it may lag by this much."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One micro-batch decided: what its transaction writes."""
+
+    result: StepResult
+    ledger: list[Envelope]
+    dead: list[DeadLetter]
+    intake_next: int
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -483,10 +513,12 @@ class SchedulerService:
             state, ledger_next, intake_next, records = State(), 0, 0, 0
             snap_tp = TopicPartition(s.snapshots, self.partition)
             reader.assign([snap_tp, self.ledger_tp])
-            latest: bytes | None = None
+            parts = SnapshotAssembler()
             end = await end_offset_of(reader, snap_tp)
             async for batch in read_records(reader, snap_tp, 0, end):
-                latest = batch[-1].value
+                for m in batch:
+                    parts.feed(m.value, m.headers)
+            latest = parts.latest
             if latest is not None:
                 try:
                     snap, state = decode_snapshot(latest)
@@ -564,15 +596,95 @@ class SchedulerService:
             with contextlib.suppress(Exception):
                 await producer.stop()
 
-    async def _step(self) -> None:
+    async def _take(self) -> list[Any]:
+        """Up to ``max_batch`` intake records, waiting at most ``poll_ms`` for the first."""
         cfg = self.config
         got = await self._consumer.getmany(
             self.tp, timeout_ms=cfg.poll_ms, max_records=cfg.max_batch
         )
-        msgs = got.get(self.tp, [])
+        return list(got.get(self.tp, []))
+
+    async def _step(self) -> None:
+        msgs = await self._take()
         if not msgs or not self.owned:
             return
-        started = time.perf_counter()
+        s = self.config.settings
+        domain = self.config.domain.encode()
+        try:
+            async with self._txn_lock:
+                if self.fenced is not None:
+                    # The revocation check found the fence while this batch waited.
+                    raise self.fenced
+                producer = self._producer
+                async with producer.transaction():
+                    # The ledger partition is added to the transaction while the batch is
+                    # decided (``add_partition_now``): one round trip off its latency.
+                    await add_partition_now(producer, s.ledger, self.partition)
+                    started = time.perf_counter()
+                    batch = self._decide(msgs)
+                    tail = [
+                        (INTAKE_NEXT, str(batch.intake_next).encode()),
+                        (WRITER, self.writer_id.encode()),
+                    ]
+                    sent = await send_records(
+                        producer,
+                        s.ledger,
+                        self.partition,
+                        domain,
+                        [encode_envelope(env) for env in batch.ledger],
+                        tail,
+                    )
+                    for dl in batch.dead:
+                        await producer.send(
+                            s.deadletters,
+                            encode_dead_letter(dl),
+                            key=domain,
+                            partition=self.partition,
+                        )
+                    if sent is not None:
+                        self.ledger_next = sent[1] + 1
+                        self.records += len(batch.ledger)
+                        self.records_since_snapshot += len(batch.ledger)
+        except ProducerFenced as exc:
+            self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
+            raise self.fenced from exc
+        except KafkaError as exc:
+            # The transaction was aborted; the state already holds this batch, so it can
+            # not simply be retried: rebuild from the ledger like a new owner would.
+            log.warning("transaction failed (%s); restoring from the ledger", exc)
+            if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
+                self.fenced = Fenced(str(exc))
+                raise self.fenced from exc
+            self.active = False
+            await self._step_down()
+            return
+        self.intake_next = batch.intake_next
+        self._maybe_commit_offsets()
+        self._maybe_snapshot()
+        self._since_tidy += len(msgs)
+        if self._since_tidy >= self.config.heap_every:
+            self._tidy_heap()
+        result, dead, decisions = batch.result, batch.dead, batch.result.decisions
+        self.metrics.accepted += result.accepted
+        self.metrics.transactions += 1
+        for dl in dead:
+            self.metrics.dead_letters[dl.kind] = self.metrics.dead_letters.get(dl.kind, 0) + 1
+        if decisions:
+            log.info(
+                "cycle at %d: %d inputs, %d decisions, %d dead letters, %.1f ms",
+                self.state.now,
+                result.accepted,
+                len(decisions) - 1,
+                len(dead),
+                (time.perf_counter() - started) * 1000,
+            )
+            self.metrics.observe_cycle(time.perf_counter() - started, decisions, self.state)
+        hw = self._consumer.highwater(self.tp)
+        if hw is not None:
+            self.metrics.intake_lag = max(int(hw) - batch.intake_next, 0)
+
+    def _decide(self, msgs: list[Any]) -> _Batch:
+        """Decode and validate ``msgs``, apply the accepted ones and run one cycle."""
         inputs: list[Input | Refusal] = []
         now = wall_ms()
         if self._record_policy:
@@ -591,8 +703,6 @@ class SchedulerService:
             admitted = Runtime.admit(env, m.offset)
             inputs.append(admitted if isinstance(admitted, Refusal) else (admitted, env.at))
         result = self.runtime.step(inputs, now)
-        ledger = result.records
-        decisions = result.decisions
         dead = [
             DeadLetter(
                 kind=r.kind,
@@ -605,79 +715,7 @@ class SchedulerService:
             )
             for r in result.refused
         ]
-        state = self.state
-        intake_next = msgs[-1].offset + 1
-        await self._commit(ledger, dead, intake_next)
-        if not self.active:
-            return  # the transaction failed and the service stood down to restore
-        self.intake_next = intake_next
-        self._maybe_commit_offsets()
-        self._maybe_snapshot()
-        self._since_tidy += len(msgs)
-        if self._since_tidy >= self.config.heap_every:
-            self._tidy_heap()
-        self.metrics.accepted += result.accepted
-        self.metrics.transactions += 1
-        for dl in dead:
-            self.metrics.dead_letters[dl.kind] = self.metrics.dead_letters.get(dl.kind, 0) + 1
-        if decisions:
-            log.info(
-                "cycle at %d: %d inputs, %d decisions, %d dead letters, %.1f ms",
-                self.state.now,
-                result.accepted,
-                len(decisions) - 1,
-                len(dead),
-                (time.perf_counter() - started) * 1000,
-            )
-            self.metrics.observe_cycle(time.perf_counter() - started, decisions, state)
-        hw = self._consumer.highwater(self.tp)
-        if hw is not None:
-            self.metrics.intake_lag = max(int(hw) - intake_next, 0)
-
-    async def _commit(
-        self, ledger: list[Envelope], dead: list[DeadLetter], intake_next: int
-    ) -> None:
-        s = self.config.settings
-        domain = self.config.domain.encode()
-        producer = self._producer
-        tail = [(INTAKE_NEXT, str(intake_next).encode()), (WRITER, self.writer_id.encode())]
-        try:
-            async with self._txn_lock:
-                if self.fenced is not None:
-                    # The revocation check found the fence while this batch waited.
-                    raise self.fenced
-                async with producer.transaction():
-                    sent = await send_records(
-                        producer,
-                        s.ledger,
-                        self.partition,
-                        domain,
-                        [encode_envelope(env) for env in ledger],
-                        tail,
-                    )
-                    for dl in dead:
-                        await producer.send(
-                            s.deadletters,
-                            encode_dead_letter(dl),
-                            key=domain,
-                            partition=self.partition,
-                        )
-                    if sent is not None:
-                        self.ledger_next = sent[1] + 1
-                        self.records += len(ledger)
-                        self.records_since_snapshot += len(ledger)
-        except ProducerFenced as exc:
-            self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
-            raise self.fenced from exc
-        except KafkaError as exc:
-            # The transaction was aborted; the state already holds this batch, so it can
-            # not simply be retried: rebuild from the ledger like a new owner would.
-            log.warning("transaction failed (%s); restoring from the ledger", exc)
-            if "fenc" in str(exc).lower() or "epoch" in str(exc).lower():
-                self.fenced = Fenced(str(exc))
-                raise self.fenced from exc
-            self.active = False
-            await self._step_down()
+        return _Batch(result, result.records, dead, msgs[-1].offset + 1)
 
     def _maybe_commit_offsets(self) -> None:
         """Commit the intake position to the consumer group, at most every
@@ -762,16 +800,21 @@ class SchedulerService:
             return
         s = self.config.settings
         started = time.perf_counter()
+        records = split_snapshot(
+            self.config.domain, data, self.config.snapshot_part_bytes, os.urandom(8).hex().encode()
+        )
+        parts = 0
         try:
             async with producer.transaction():
-                await (
-                    await producer.send(
-                        s.snapshots,
-                        data,
-                        key=self.config.domain.encode(),
-                        partition=self.partition,
+                # A part at a time, each acknowledged before the next is built: the loop
+                # and the ledger's transactions go on in between (scheduler.snapshot).
+                for key, value, headers in records:
+                    await (
+                        await producer.send(
+                            s.snapshots, value, key=key, partition=self.partition, headers=headers
+                        )
                     )
-                )
+                    parts += 1
         except ProducerFenced:
             self.fenced = Fenced(f"domain {self.config.domain}: fenced by a newer owner")
             return
@@ -783,9 +826,10 @@ class SchedulerService:
             self.records_since_snapshot = self.config.snapshot_every
             return
         log.info(
-            "snapshot at ledger %d committed in %.0f ms",
+            "snapshot at ledger %d committed in %.0f ms (%d records)",
             ledger_next,
             (time.perf_counter() - started) * 1000,
+            parts,
         )
 
     async def _serve_metrics(
@@ -829,6 +873,10 @@ class EncodedElsewhere:
             status = 1
             try:
                 gc.disable()  # collections would touch (and copy) every shared page
+                # Below the loop's priority: on a busy machine the encoder takes what CPU
+                # the decisions leave, rather than half of it from them.
+                with contextlib.suppress(OSError):
+                    os.nice(ENCODER_NICE)
                 os.close(read_end)
                 view = memoryview(encode())
                 while view:

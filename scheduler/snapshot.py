@@ -13,6 +13,18 @@ still read, and its ended jobs are moved to ``ended`` as the core would have
 (``retire_ended``). Any other format is refused with ``SnapshotError``, on which the
 service replays the whole ledger instead.
 
+On the snapshot topic a snapshot larger than one part (``split_snapshot``) is stored as
+several records written in one transaction: part ``i`` of ``n`` has the key
+``<domain>/<i>`` and the headers ``snapshot-id`` and ``snapshot-part`` (``i/n``). Written
+whole, a snapshot of 20 MB held the writer's event loop for 0.2–0.4 s (the record batch is
+built, copied and checksummed in one piece), and with it every decision in flight; a part
+at a time, the loop goes on between parts. A snapshot that fits in one part is one record
+keyed ``<domain>`` without those headers, as before. ``latest_snapshot`` picks the newest
+complete snapshot of a sequence of records read with ``read_committed``: the parts of one
+snapshot are committed together and follow each other, and on the compacted topic a newer
+snapshot supersedes its keys part by part, so what compaction leaves of an older snapshot
+(its parts beyond the newer one's count) is never a complete sequence after it.
+
 Catching up re-runs the tail with replay's own comparator (``scheduler.replayer.Replayer``:
 the runtime step for inputs, a re-run cycle where the ledger shows one, because a cycle
 also updates bookkeeping its decisions do not carry), and the decisions it produces are
@@ -22,7 +34,7 @@ compared with the recorded ones, so a snapshot that does not fit its ledger is c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -127,6 +139,84 @@ def decode_snapshot(data: bytes) -> tuple[Snapshot, State]:
     return snap, state
 
 
+SNAPSHOT_ID = "snapshot-id"
+"""Header of every part of a snapshot stored in parts: which snapshot it belongs to."""
+SNAPSHOT_PART = "snapshot-part"
+"""Header of every part of a snapshot stored in parts: ``i/n`` (ASCII), 0-based."""
+PART_BYTES = 256 * 1024
+"""Default size of a part: writing one holds the service's loop for a few ms at most."""
+
+SnapshotRecord = tuple[bytes, bytes, list[tuple[str, bytes]]]
+"""A record of the snapshot topic: (key, value, headers)."""
+
+
+def split_snapshot(
+    domain: str, data: bytes, part_bytes: int = PART_BYTES, snapshot_id: bytes = b""
+) -> Iterator[SnapshotRecord]:
+    """The records that store the snapshot ``data`` of ``domain``, in order (see the module
+    docstring): one keyed ``domain`` if it fits in ``part_bytes``, else parts of at most
+    ``part_bytes`` each, tagged with ``snapshot_id`` (unique per snapshot written). Each
+    part is copied out of ``data`` only when it is asked for."""
+    if part_bytes <= 0:
+        raise ValueError(f"part_bytes must be positive, not {part_bytes}")
+    if len(data) <= part_bytes:
+        yield domain.encode(), data, []
+        return
+    n = -(-len(data) // part_bytes)
+    view = memoryview(data)
+    for i in range(n):
+        yield (
+            f"{domain}/{i}".encode(),
+            bytes(view[i * part_bytes : (i + 1) * part_bytes]),
+            [(SNAPSHOT_ID, snapshot_id), (SNAPSHOT_PART, f"{i}/{n}".encode())],
+        )
+
+
+class SnapshotAssembler:
+    """Feed the snapshot topic's records in offset order; ``latest`` is then the newest
+    complete snapshot's bytes (None if there is none)."""
+
+    def __init__(self) -> None:
+        """Nothing seen yet."""
+        self.latest: bytes | None = None
+        self._id: bytes | None = None
+        self._parts: list[bytes] = []
+        self._count = 0
+
+    def feed(self, value: bytes | None, headers: Iterable[tuple[str, bytes]] | None) -> None:
+        """One record of the snapshot topic."""
+        meta = dict(headers or ())
+        part = meta.get(SNAPSHOT_PART)
+        if part is None:  # a whole snapshot in one record
+            self._id = None
+            if value is not None:
+                self.latest = value
+            return
+        try:
+            index, count = (int(x) for x in part.split(b"/"))
+        except ValueError:
+            self._id = None
+            return
+        snapshot_id = meta.get(SNAPSHOT_ID, b"")
+        if index == 0:
+            self._id, self._parts, self._count = snapshot_id, [], count
+        elif snapshot_id != self._id or index != len(self._parts) or count != self._count:
+            self._id = None  # not the continuation of the snapshot being assembled
+            return
+        self._parts.append(value or b"")
+        if len(self._parts) == self._count:
+            self.latest = b"".join(self._parts)
+            self._id, self._parts = None, []
+
+
+def latest_snapshot(records: Iterable[tuple[bytes | None, Any]]) -> bytes | None:
+    """The newest complete snapshot among ``(value, headers)`` records in offset order."""
+    assembler = SnapshotAssembler()
+    for value, headers in records:
+        assembler.feed(value, headers)
+    return assembler.latest
+
+
 class CatchUp:
     """Folds ledger records into a state the way replay does, one record at a time.
 
@@ -179,12 +269,19 @@ class CatchUp:
 
 __all__ = [
     "MIGRATES",
+    "PART_BYTES",
     "SNAPSHOT_FORMAT",
+    "SNAPSHOT_ID",
+    "SNAPSHOT_PART",
     "CatchUp",
     "Snapshot",
+    "SnapshotAssembler",
     "SnapshotError",
+    "SnapshotRecord",
     "decode_snapshot",
     "encode_snapshot",
+    "latest_snapshot",
+    "split_snapshot",
     "state_bytes",
     "state_from_dict",
     "state_to_dict",

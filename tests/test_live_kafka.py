@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import msgspec
@@ -566,6 +567,64 @@ def test_snapshot_plus_tail_equals_full_replay(
     state, _, intake_next, _ = restored
     assert state_bytes(state) == state_bytes(full.state)
     assert intake_next == read_all(s, s.intake)[-1][0] + 1
+
+
+def test_snapshots_in_parts_restore_and_a_fenced_writers_parts_are_ignored(
+    settings: KafkaSettings, services: list[Service], tmp_path: Path
+) -> None:
+    """Written in parts (``scheduler.snapshot``), a snapshot still restores to the full
+    replay's state; the parts a fenced snapshot writer had sent are aborted with its
+    transaction and never read, and its commit fails."""
+    from aiokafka.errors import KafkaError
+
+    from events.kafka_admin import new_producer
+    from scheduler.service import SchedulerService, ServiceConfig
+    from scheduler.snapshot import SNAPSHOT_PART, split_snapshot, state_bytes
+
+    s = settings
+    cluster(s)
+    svc = start(services, s, tmp_path, "--snapshot-every", "40", "--snapshot-part-bytes", "512")
+    for wave in range(3):
+        send_events(s, "default", [job(f"a{wave}-{i}", pods=2) for i in range(10)])
+        wait_for(lambda: caught_up(s), 30, "the scheduler")
+    wait_for(lambda: len(read_all(s, s.snapshots)) >= 4, 30, "snapshots")
+    parts = [h[SNAPSHOT_PART] for _, _, h in read_all(s, s.snapshots)]
+    assert parts[:2] == [b"0/" + parts[0].split(b"/")[1], b"1/" + parts[0].split(b"/")[1]]
+    assert int(parts[0].split(b"/")[1]) >= 2, "a snapshot larger than a part is in parts"
+    svc.stop()
+
+    # A zombie snapshot writer (the domain's snapshot transactional id) has sent a whole
+    # snapshot's parts, of garbage, and not committed yet when a new owner starts.
+    async def zombie_sends() -> Any:
+        producer = new_producer(s.bootstrap, s.snapshot_transactional_id("default"))
+        await producer.start()
+        await producer.begin_transaction()
+        for key, value, headers in split_snapshot("default", b"\xc1" * 2000, 512, b"zombie"):
+            await producer.send_and_wait(s.snapshots, value, key=key, partition=0, headers=headers)
+        return producer
+
+    zombie = run_sync(zombie_sends())
+    start(services, s, tmp_path, "--snapshot-every", "40", "--snapshot-part-bytes", "512")
+    for wave in range(3):
+        send_events(s, "default", [job(f"b{wave}-{i}", pods=2) for i in range(10)])
+        wait_for(lambda: caught_up(s), 60, "the new owner")
+
+    async def zombie_commits() -> None:
+        try:
+            await zombie.commit_transaction()
+        finally:
+            await zombie.stop()
+
+    with pytest.raises(KafkaError):
+        run_sync(zombie_commits())
+    ids = {h.get("snapshot-id") for _, _, h in read_all(s, s.snapshots)}
+    assert b"zombie" not in ids
+    restored = run_sync(SchedulerService(ServiceConfig(settings=s, domain="default")).restore())
+    with KafkaReader(s.bootstrap, s.ledger) as reader:
+        full = replay(reader)
+    assert full.ok
+    assert state_bytes(restored[0]) == state_bytes(full.state)
+    assert_exactly_once_and_replays(s)
 
 
 def test_the_service_records_its_policy_and_a_switch(

@@ -148,6 +148,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--snapshot-every", type=int, default=50_000, help="ledger records per snapshot"
     )
+    run.add_argument(
+        "--snapshot-part-bytes",
+        type=int,
+        default=256 * 1024,
+        help="write a larger snapshot as records of at most this many bytes",
+    )
     run.add_argument("--session-timeout-ms", type=int, default=3000, help="failover detection time")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     run.add_argument(
@@ -214,6 +220,7 @@ def _run(args: argparse.Namespace) -> int:
             domain=args.domain,
             max_batch=args.max_batch,
             snapshot_every=args.snapshot_every,
+            snapshot_part_bytes=args.snapshot_part_bytes,
             session_timeout_ms=args.session_timeout_ms,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
