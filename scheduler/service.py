@@ -521,7 +521,10 @@ class SchedulerService:
             latest = parts.latest
             if latest is not None:
                 try:
-                    snap, state = decode_snapshot(latest)
+                    # In a thread: decoding a large snapshot takes a second or more on a
+                    # loaded machine, and the loop must keep the group's heartbeats going
+                    # (a session lost during restore hands the domain on, over and over).
+                    snap, state = await asyncio.to_thread(decode_snapshot, latest)
                     ledger_next, intake_next, records = (
                         snap.ledger_next,
                         snap.intake_next,
