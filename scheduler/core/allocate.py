@@ -148,10 +148,12 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
         room = _headroom(s, queue)
         block = blocks.block(pending[index])
         start = bisect_left(pending, blocks.starts[block])
+        counts, summaries = blocks.counts, blocks.summaries
         at = index
         while at < end:
-            stop = start + blocks.counts[block]
-            if blocks.summary(block, pending, start, jobs).all_held(limited, room, now):
+            stop = start + counts[block]
+            summary = summaries[block] or blocks.summary(block, pending, start, jobs)
+            if summary.all_held(limited, room, now):
                 at = stop
             else:
                 at = _skip_jobs(s, queue, at, stop)

@@ -62,7 +62,10 @@ class Summary:
                 if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
                     return False
         r0 = min(r0, rq)
-        return not any(v[0] <= r0 and v[1] <= r1 and v[2] <= r2 for v in self.fixed)
+        for v in self.fixed:  # noqa: SIM110 (a loop: this runs for every block walked)
+            if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
+                return False
+        return True
 
 
 def minimal(requests: list[Request]) -> list[Request]:
