@@ -168,16 +168,16 @@ def test_admission_held_agrees_with_admission_reason(scenario, upto) -> None:  #
 
 
 @contextmanager
-def held_blocks(on: bool, size: int) -> Iterator[None]:
-    was = allocate_module.HELD_BLOCKS, pendingblocks.BLOCK
-    allocate_module.HELD_BLOCKS, pendingblocks.BLOCK = on, size
+def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
+    was = allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE
+    allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = on, size, probe
     try:
         yield
     finally:
-        allocate_module.HELD_BLOCKS, pendingblocks.BLOCK = was
+        allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = was
 
 
-@example(_held_behind_a_limit(), PolicyFile(backfill=True), 2)
+@example(_held_behind_a_limit(), PolicyFile(backfill=True), 2, 0)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     congested(),
@@ -189,11 +189,12 @@ def held_blocks(on: bool, size: int) -> Iterator[None]:
         placement=st.sampled_from(["binpack", "spread"]),
     ),
     st.sampled_from([1, 2, 3, pendingblocks.BLOCK]),
+    st.sampled_from([0, 1, allocate_module.PROBE]),
 )
-def test_passing_over_held_blocks_writes_the_same_ledger(scenario, knobs, size) -> None:  # type: ignore[no-untyped-def]
+def test_passing_over_held_blocks_writes_the_same_ledger(scenario, knobs, size, probe) -> None:  # type: ignore[no-untyped-def]
     """Passing over whole blocks of held jobs (``pendingblocks``) decides as passing over
     them one by one."""
-    with held_blocks(True, size):
+    with held_blocks(True, size, probe):
         blocks = _ledger(scenario, knobs, on=True)
     with held_blocks(False, size):
         assert blocks == _ledger(scenario, knobs, on=True)

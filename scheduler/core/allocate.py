@@ -54,6 +54,10 @@ HELD_BLOCKS = True
 admission holds back each of its jobs (``pendingblocks``); the decisions are the same
 either way (``tests/test_skip_held.py``)."""
 
+PROBE = 8
+"""Jobs that loop looks at one by one before it turns to the blocks: most walks stop
+within a few jobs, and a block's summary costs its whole block."""
+
 
 def allocate(state: State, emit: Emit) -> None:
     """Start what can start, queue by queue, until every queue is done for the cycle."""
@@ -136,9 +140,10 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
         return index
     pending = queue.pending
     end = len(pending)
-    if not (SKIP_HELD and HELD_BLOCKS) or index >= end:
-        at = _skip_jobs(s, queue, index, end)
-    else:
+    # The first few jobs one by one: a walk that stops among them needs no blocks.
+    probe = min(index + PROBE, end) if SKIP_HELD and HELD_BLOCKS else end
+    at = _skip_jobs(s, queue, index, probe)
+    if at == probe < end:
         # A block of the pending order whose every job admission holds back is passed
         # over whole (``pendingblocks``); the others job by job.
         blocks = s.state.pending_blocks(queue)
@@ -146,10 +151,9 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
         now = s.state.now
         limited = s.limited[queue.name]
         room = _headroom(s, queue)
-        block = blocks.block(pending[index])
+        block = blocks.block(pending[at])
         start = bisect_left(pending, blocks.starts[block])
         counts, summaries = blocks.counts, blocks.summaries
-        at = index
         while at < end:
             stop = start + counts[block]
             summary = summaries[block] or blocks.summary(block, pending, start, jobs)
