@@ -254,6 +254,19 @@ def check_state(state) -> None:  # type: ignore[no-untyped-def]
 
         fresh = RunningIndex.of(state).content(state.now)
         assert state.running_cache.content(state.now) == fresh
+    for name, blocks in state.blocks_cache.items():
+        from scheduler.core.pendingblocks import summarise
+
+        pending = state.queues[name].pending
+        assert sum(blocks.counts) == len(pending), name
+        start = 0
+        for b, count in enumerate(blocks.counts):
+            assert count > 0
+            assert all(key >= blocks.starts[b] for key in pending[start : start + count])
+            summary = blocks.summaries[b]
+            if summary is not None:
+                assert summary == summarise(pending, start, start + count, state.jobs)
+            start += count
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,7 +23,7 @@ from replay.config import (
 )
 from replay.verify import run as replay
 from scheduler.core import allocate as allocate_module
-from scheduler.core import fair_shares
+from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_held, admission_reason
 from scheduler.core.state import State
 from tests.simkit import simulate
@@ -165,3 +165,55 @@ def test_admission_held_agrees_with_admission_reason(scenario, upto) -> None:  #
             job = state.jobs[job_id]
             reason = admission_reason(state, leaf, job, shares)
             assert admission_held(room, job.request, job.preemptible) == (reason is not None)
+
+
+@contextmanager
+def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
+    was = allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE
+    allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = on, size, probe
+    try:
+        yield
+    finally:
+        allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = was
+
+
+@example(_held_behind_a_limit(), PolicyFile(backfill=True), 2, 0)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    congested(),
+    st.builds(
+        PolicyFile,
+        backfill=st.just(True),
+        reservations=st.booleans(),
+        consolidation=st.booleans(),
+        placement=st.sampled_from(["binpack", "spread"]),
+    ),
+    st.sampled_from([1, 2, 3, pendingblocks.BLOCK]),
+    st.sampled_from([0, 1, allocate_module.PROBE]),
+)
+def test_passing_over_held_blocks_writes_the_same_ledger(scenario, knobs, size, probe) -> None:  # type: ignore[no-untyped-def]
+    """Passing over whole blocks of held jobs (``pendingblocks``) decides as passing over
+    them one by one."""
+    with held_blocks(True, size, probe):
+        blocks = _ledger(scenario, knobs, on=True)
+    with held_blocks(False, size):
+        assert blocks == _ledger(scenario, knobs, on=True)
+
+
+def test_the_example_passes_over_held_blocks() -> None:
+    """The example above reaches the blocks: some block is passed over whole."""
+    passed: list[int] = []
+    real = pendingblocks.Summary.all_held
+
+    def counting(self, limited, room, now):  # type: ignore[no-untyped-def]
+        held = real(self, limited, room, now)
+        passed.append(held)
+        return held
+
+    pendingblocks.Summary.all_held = counting  # type: ignore[method-assign]
+    try:
+        with held_blocks(True, 2):
+            _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), on=True)
+    finally:
+        pendingblocks.Summary.all_held = real  # type: ignore[method-assign]
+    assert any(passed)

@@ -49,6 +49,15 @@ SKIP_HELD = True
 one tight loop (``_skip_known``) rather than trying each in turn; the decisions are the
 same either way (``tests/test_skip_held.py`` compares the two ledgers)."""
 
+HELD_BLOCKS = True
+"""Whether that loop passes over a whole block of the queue's pending order at once where
+admission holds back each of its jobs (``pendingblocks``); the decisions are the same
+either way (``tests/test_skip_held.py``)."""
+
+PROBE = 8
+"""Jobs that loop looks at one by one before it turns to the blocks: most walks stop
+within a few jobs, and a block's summary costs its whole block."""
+
 
 def allocate(state: State, emit: Emit) -> None:
     """Start what can start, queue by queue, until every queue is done for the cycle."""
@@ -139,16 +148,49 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     if queue.name not in s.blocked and queue.name not in s.passed:
         return index
     pending = queue.pending
+    end = len(pending)
+    # The first few jobs one by one: a walk that stops among them needs no blocks.
+    probe = min(index + PROBE, end) if SKIP_HELD and HELD_BLOCKS else end
+    at = _skip_jobs(s, queue, index, probe)
+    if at == probe < end:
+        # A block of the pending order whose every job admission holds back is passed
+        # over whole (``pendingblocks``); the others job by job.
+        blocks = s.state.pending_blocks(queue)
+        jobs = s.state.jobs
+        now = s.state.now
+        limited = s.limited[queue.name]
+        room = _headroom(s, queue)
+        block = blocks.block(pending[at])
+        start = bisect_left(pending, blocks.starts[block])
+        counts, summaries = blocks.counts, blocks.summaries
+        while at < end:
+            stop = start + counts[block]
+            summary = summaries[block] or blocks.summary(block, pending, start, jobs)
+            if summary.all_held(limited, room, now):
+                at = stop
+            else:
+                at = _skip_jobs(s, queue, at, stop)
+                if at < stop:
+                    break
+            block += 1
+            start = stop
+    if at != index:
+        s.cursor[queue.name] = at
+    return at
+
+
+def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
+    """``_skip_known`` job by job from ``at``: the index of the first job it would not
+    skip, or ``stop``."""
+    pending = queue.pending
     jobs = s.state.jobs
     now = s.state.now
     skipping = s.skipping if queue.name == s.skipping_queue else None
-    end = len(pending)
-    at = index
     cache = s.state.shape_cache
     held = SKIP_HELD
     limited = s.limited[queue.name]
     r0, r1, r2, rq = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
-    while at < end:
+    while at < stop:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
             break
@@ -172,8 +214,6 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
         if shape.skip not in skipping:
             break
         at += 1
-    if at != index:
-        s.cursor[queue.name] = at
     return at
 
 
@@ -289,7 +329,8 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
         note_reason(job, reason, s.emit)
         s.passed[queue.name] = None
         at = 1
-    at = _past_held(s, queue, at)
+    # the same jobs either way; ``_skip_known`` passes over whole held blocks
+    at = _skip_known(s, queue, at) if SKIP_HELD else _past_held(s, queue, at)
     s.cursor[queue.name] = at
     return at
 

@@ -223,12 +223,14 @@ def _on_queue_configured(state: State, event: QueueConfigured, _at: int) -> None
     _queue_configured(state, event)
     state.running_cache = None  # which queues are leaves may have changed
     state.wanted_cache = None
+    state.blocks_cache.clear()
 
 
 def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
     _queue_removed(state, event.queue)
     state.running_cache = None
     state.wanted_cache = None
+    state.blocks_cache.clear()
 
 
 def _on_policy_configured(state: State, event: PolicyConfigured, _at: int) -> None:

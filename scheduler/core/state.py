@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec, PolicyConfigured, Resources
+from scheduler.core.pendingblocks import PendingBlocks
 from scheduler.core.running import RunningIndex
 
 PRIORITY_CLASSES: dict[str, int] = {
@@ -280,6 +281,10 @@ class State:
     kept current by ``apply``, dropped when the queue tree changes)."""
     capacity_cache: tuple[int, tuple[int, ...]] = (-1, ())
     """Cache: (topology, total schedulable [gpu, cpu, memory])."""
+    blocks_cache: dict[str, PendingBlocks] = field(default_factory=dict)
+    """Cache: per leaf queue, its pending order in blocks summed up for admission
+    (``pendingblocks``; built on first use, kept by ``add_pending``/``remove_pending``,
+    dropped when the queue tree changes)."""
     shape_cache: dict[str, JobShape] = field(default_factory=dict)
     """Cache: per pending job, what decides its fit by shape (``placement.job_shape``),
     dropped by ``remove_pending``."""
@@ -341,6 +346,9 @@ class State:
         queue = self.queues.get(job.queue)
         if queue is not None:
             insort(queue.pending, key)
+            blocks = self.blocks_cache.get(queue.name)
+            if blocks is not None:
+                blocks.added(queue.pending, key)
             if self.wanted_cache is not None:
                 _add_request(self.wanted_cache, queue.name, job.request, 1)
 
@@ -350,12 +358,19 @@ class State:
         _remove_sorted(self.pending, key)
         self.shape_cache.pop(job.job, None)
         queue = self.queues.get(job.queue)
-        if (
-            queue is not None
-            and _remove_sorted(queue.pending, key)
-            and self.wanted_cache is not None
-        ):
-            _add_request(self.wanted_cache, queue.name, job.request, -1)
+        if queue is not None and _remove_sorted(queue.pending, key):
+            blocks = self.blocks_cache.get(queue.name)
+            if blocks is not None:
+                blocks.removed(key)
+            if self.wanted_cache is not None:
+                _add_request(self.wanted_cache, queue.name, job.request, -1)
+
+    def pending_blocks(self, queue: Queue) -> PendingBlocks:
+        """The queue's pending order in blocks (``pendingblocks``), built when first needed."""
+        blocks = self.blocks_cache.get(queue.name)
+        if blocks is None:
+            blocks = self.blocks_cache[queue.name] = PendingBlocks.of(queue.pending)
+        return blocks
 
     def wanted(self, queue: Queue) -> list[int]:
         """The summed [gpu, cpu, memory] request of the queue's pending jobs."""

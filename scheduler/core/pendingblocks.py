@@ -1,0 +1,155 @@
+"""A leaf queue's pending order in blocks, each summed up by what admission needs to hold
+back every job in it at once.
+
+Behind a queue's blocked head the walk passes over the jobs admission holds back
+(``allocate._skip_known``). A congested queue holds back most of a backlog of thousands,
+cycle after cycle, and a job-by-job pass costs the whole backlog each time. The blocks
+split the queue's pending order (``Queue.pending``) into runs of consecutive keys; each
+block keeps, for its preemptible and its non-preemptible jobs apart, the requests that no
+other request of the block is at most in every resource (the minimal ones) and the latest
+back-off. Admission holds back a job exactly when its request exceeds the queue's headroom
+in some resource (``admission.admission_held``), so it holds back every job of a block when
+it holds back each minimal request, and a block whose jobs are all held and none backing
+off is passed over in one step.
+
+The blocks follow the pending order as ``State.add_pending`` and ``State.remove_pending``
+change it (a block's count and its summary, dropped and worked out again on the next
+walk that reaches it). A job's request and preemptibility never change; its back-off is
+set only as it goes back to pending, before any cycle can look at its block.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.core.state import Job
+
+Key = tuple[int, int, str]
+"""A pending key: (-priority, seq, job id)."""
+
+Request = tuple[int, int, int]
+
+BLOCK = 32
+"""Jobs per block as the blocks are first cut; a block that grows past twice this is cut
+in two."""
+
+
+@dataclass(slots=True)
+class Summary:
+    """What decides whether admission holds back every job of a block."""
+
+    preemptible: list[Request]
+    """The minimal requests of the block's preemptible jobs."""
+    fixed: list[Request]
+    """The minimal requests of its non-preemptible jobs."""
+    backoff: int
+    """The latest ``backoff_until`` of its jobs."""
+
+    def all_held(self, limited: bool, headroom: tuple[int, int, int, int], now: int) -> bool:
+        """Whether the walk passes over every job of the block (``_skip_known``): none
+        backs off at ``now`` and admission holds back each (``admission_held``; where no
+        limit applies, it holds back no preemptible job)."""
+        if self.backoff > now:
+            return False
+        r0, r1, r2, rq = headroom
+        if self.preemptible:
+            if not limited:
+                return False
+            for v in self.preemptible:
+                if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
+                    return False
+        r0 = min(r0, rq)
+        for v in self.fixed:  # noqa: SIM110 (a loop: this runs for every block walked)
+            if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
+                return False
+        return True
+
+
+def minimal(requests: list[Request]) -> list[Request]:
+    """The requests no other one of ``requests`` is at most in every resource (one of
+    equal requests), in sorted order."""
+    kept: list[Request] = []
+    for v in sorted(set(requests)):
+        # Sorted: every kept request is at most ``v`` in its first resource already.
+        if not any(u[1] <= v[1] and u[2] <= v[2] for u in kept):
+            kept.append(v)
+    return kept
+
+
+def summarise(pending: list[Key], lo: int, hi: int, jobs: dict[str, Job]) -> Summary:
+    """The summary of the jobs ``pending[lo:hi]``."""
+    preemptible: list[Request] = []
+    fixed: list[Request] = []
+    backoff = 0
+    for _, _, job_id in pending[lo:hi]:
+        job = jobs[job_id]
+        (preemptible if job.preemptible else fixed).append(job.request)
+        backoff = max(backoff, job.backoff_until)
+    return Summary(minimal(preemptible), minimal(fixed), backoff)
+
+
+@dataclass(slots=True)
+class PendingBlocks:
+    """One leaf queue's pending order cut into blocks of consecutive keys: block ``b``
+    holds the keys from ``starts[b]`` up to (not including) ``starts[b + 1]``."""
+
+    starts: list[Key] = field(default_factory=list)
+    """The lowest key each block may hold (the first block's is its lowest key)."""
+    counts: list[int] = field(default_factory=list)
+    """How many pending keys each block holds (none is empty)."""
+    summaries: list[Summary | None] = field(default_factory=list)
+    """Each block's summary (None: to be worked out)."""
+
+    @classmethod
+    def of(cls, pending: list[Key]) -> PendingBlocks:
+        """The blocks of a queue's pending order, summaries to be worked out."""
+        starts = pending[::BLOCK]
+        counts = [min(BLOCK, len(pending) - i) for i in range(0, len(pending), BLOCK)]
+        return cls(starts, counts, [None] * len(starts))
+
+    def added(self, pending: list[Key], key: Key) -> None:
+        """``key`` was put into ``pending`` (which holds it now)."""
+        starts = self.starts
+        if not starts:
+            starts.append(key)
+            self.counts.append(1)
+            self.summaries.append(None)
+            return
+        b = bisect_right(starts, key) - 1
+        if b < 0:
+            b = 0
+            starts[0] = key
+        self.counts[b] += 1
+        self.summaries[b] = None
+        count = self.counts[b]
+        if count > 2 * BLOCK:
+            lo = bisect_left(pending, starts[b])
+            half = count // 2
+            starts.insert(b + 1, pending[lo + half])
+            self.counts[b] = half
+            self.counts.insert(b + 1, count - half)
+            self.summaries.insert(b + 1, None)
+
+    def removed(self, key: Key) -> None:
+        """``key`` was taken out of the pending order."""
+        b = bisect_right(self.starts, key) - 1
+        self.counts[b] -= 1
+        self.summaries[b] = None
+        if not self.counts[b]:
+            del self.starts[b]
+            del self.counts[b]
+            del self.summaries[b]
+
+    def block(self, key: Key) -> int:
+        """The block that holds ``key``."""
+        return bisect_right(self.starts, key) - 1
+
+    def summary(self, b: int, pending: list[Key], lo: int, jobs: dict[str, Job]) -> Summary:
+        """Block ``b``'s summary; ``lo`` is where it begins in ``pending``."""
+        found = self.summaries[b]
+        if found is None:
+            found = self.summaries[b] = summarise(pending, lo, lo + self.counts[b], jobs)
+        return found
