@@ -123,8 +123,7 @@ def case_fill(nodes: int, jobs: int, policy: str) -> dict[str, Any]:
 def reclaim_queues() -> list[QueueConfigured]:
     """The 50-queue tree at 14 % per organisation, beside ``flagship`` deserving 30 %."""
     queues = [
-        msgspec.structs.replace(q, deserved_gpu_percent=14) if not q.parent else q
-        for q in tree()
+        msgspec.structs.replace(q, deserved_gpu_percent=14) if not q.parent else q for q in tree()
     ]
     return [*queues, QueueConfigured(queue="flagship", deserved_gpu_percent=30)]
 
