@@ -105,6 +105,16 @@ def _held_behind_a_limit() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
     )
 
 
+BACKFILL_KNOBS = st.builds(
+    PolicyFile,
+    backfill=st.just(True),
+    reservations=st.booleans(),
+    consolidation=st.booleans(),
+    placement=st.sampled_from(["binpack", "spread"]),
+)
+"""The gang policy's knobs that change how the walk behind a blocked head goes."""
+
+
 def _ledger(
     scenario: tuple[ClusterFile, QueuesFile, WorkloadFile], knobs: PolicyFile, *, on: bool
 ) -> list[bytes]:
@@ -118,13 +128,7 @@ def _ledger(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     congested(),
-    st.builds(
-        PolicyFile,
-        backfill=st.just(True),
-        reservations=st.booleans(),
-        consolidation=st.booleans(),
-        placement=st.sampled_from(["binpack", "spread"]),
-    ),
+    BACKFILL_KNOBS,
 )
 def test_skipping_held_jobs_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
     assert _ledger(scenario, knobs, on=True) == _ledger(scenario, knobs, on=False)
@@ -181,13 +185,7 @@ def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     congested(),
-    st.builds(
-        PolicyFile,
-        backfill=st.just(True),
-        reservations=st.booleans(),
-        consolidation=st.booleans(),
-        placement=st.sampled_from(["binpack", "spread"]),
-    ),
+    BACKFILL_KNOBS,
     st.sampled_from([1, 2, 3, pendingblocks.BLOCK]),
     st.sampled_from([0, 1, allocate_module.PROBE]),
 )
