@@ -18,6 +18,7 @@ from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import (
     Headroom,
     admission_headroom,
+    admission_held,
     admission_reason,
     kai_ranked,
     limited,
@@ -337,23 +338,18 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
 
 def _past_held(s: Session, queue: Queue, at: int) -> int:
     """The index of the queue's first job from ``at`` on that admission does not hold
-    back (``admission_held``), or that is backing off (it is told so in its turn)."""
+    back (``admission_held``), or that is backing off (it is told so in its turn). The
+    job-by-job form of what ``_skip_known`` passes over, for ``SKIP_HELD`` off."""
     pending = queue.pending
     jobs = s.state.jobs
     now = s.state.now
     limited = s.limited[queue.name]
-    r0, r1, r2, rq = _headroom(s, queue)
+    room = _headroom(s, queue)
     while at < len(pending):
         job = jobs[pending[at][2]]
         if job.backoff_until > now or not (limited or not job.preemptible):
             break
-        request = job.request
-        if not (
-            request[0] > r0
-            or request[1] > r1
-            or request[2] > r2
-            or (not job.preemptible and request[0] > rq)
-        ):
+        if not admission_held(room, job.request, job.preemptible):
             break
         at += 1
     return at
