@@ -19,7 +19,7 @@ several records written in one transaction: part ``i`` of ``n`` has the key
 whole, a snapshot of 20 MB held the writer's event loop for 0.2–0.4 s (the record batch is
 built, copied and checksummed in one piece), and with it every decision in flight; a part
 at a time, the loop goes on between parts. A snapshot that fits in one part is one record
-keyed ``<domain>`` without those headers, as before. ``latest_snapshot`` picks the newest
+keyed ``<domain>`` without those headers, as before. ``SnapshotAssembler`` picks the newest
 complete snapshot of a sequence of records read with ``read_committed``: the parts of one
 snapshot are committed together and follow each other, and on the compacted topic a newer
 snapshot supersedes its keys part by part, so what compaction leaves of an older snapshot
@@ -209,14 +209,6 @@ class SnapshotAssembler:
             self._id, self._parts = None, []
 
 
-def latest_snapshot(records: Iterable[tuple[bytes | None, Any]]) -> bytes | None:
-    """The newest complete snapshot among ``(value, headers)`` records in offset order."""
-    assembler = SnapshotAssembler()
-    for value, headers in records:
-        assembler.feed(value, headers)
-    return assembler.latest
-
-
 class CatchUp:
     """Folds ledger records into a state the way replay does, one record at a time.
 
@@ -280,7 +272,6 @@ __all__ = [
     "SnapshotRecord",
     "decode_snapshot",
     "encode_snapshot",
-    "latest_snapshot",
     "split_snapshot",
     "state_bytes",
     "state_from_dict",

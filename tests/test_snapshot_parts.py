@@ -12,10 +12,19 @@ import pytest
 from scheduler.snapshot import (
     SNAPSHOT_ID,
     SNAPSHOT_PART,
+    SnapshotAssembler,
     SnapshotRecord,
-    latest_snapshot,
     split_snapshot,
 )
+
+
+def latest_snapshot(records: list[tuple[bytes | None, list[tuple[str, bytes]]]]) -> bytes | None:
+    """The newest complete snapshot among ``(value, headers)`` records in offset order, as
+    the service's restore assembles it."""
+    assembler = SnapshotAssembler()
+    for value, headers in records:
+        assembler.feed(value, headers)
+    return assembler.latest
 
 
 def values(records: list[SnapshotRecord]) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
