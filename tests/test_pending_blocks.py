@@ -1,6 +1,7 @@
 """A queue's pending order in blocks (``scheduler.core.pendingblocks``): the blocks follow
 the order through any insertions and removals, and a block's summary says "every job held
-back" exactly when admission holds back each of its jobs and none backs off."""
+back" exactly when admission holds back each of its jobs and none backs off, and "every
+job passed over" exactly when each is held back or of a skip key skipped already."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ requests = st.tuples(
     st.sampled_from([0, 1000, 4000]),
     st.sampled_from([0, 4096, 16384]),
 )
+"""Requests from ``GPUS``, ``CPUS`` and ``MEMORY`` (below)."""
 jobs_st = st.builds(FakeJob, requests, st.booleans(), st.sampled_from([0, 0, 0, 50, 150]))
 headroom = st.tuples(
     *(st.one_of(st.just(NEVER), st.integers(-1000, 5000)) for _ in range(2)),
@@ -73,9 +75,28 @@ def test_blocks_follow_the_order_and_summaries_hold(  # type: ignore[no-untyped-
         pendingblocks.BLOCK = was
 
 
+GPUS, CPUS, MEMORY = [0, 250, 500, 1000, 2000], [0, 1000, 4000], [0, 4096, 16384]
+
+
+def skip_of(job: FakeJob) -> int:
+    """A skip key id, one per request and preemptibility (as ``allocate.skip_id`` numbers
+    them); jobs asking for no GPU have none, as if the memo could not judge them."""
+    gpu, cpu, memory = job.request
+    if not gpu:
+        return -1
+    return (
+        (GPUS.index(gpu) * 3 + CPUS.index(cpu)) * 3 + MEMORY.index(memory)
+    ) * 2 + job.preemptible
+
+
+SKIP_SETS = [{}, dict.fromkeys(range(0, 90, 3)), dict.fromkeys(range(90))]
+"""Skip keys the walk skipped already: none, some, all."""
+
+
 def _follow(  # type: ignore[no-untyped-def]
     initial, ops, rooms, limited, now
 ) -> None:
+    skip_sets: list[dict[int, None]] = SKIP_SETS
     jobs: dict[str, FakeJob] = {}
     pending: list[tuple[int, int, str]] = []
     for seq, job in enumerate(initial):
@@ -98,7 +119,7 @@ def _follow(  # type: ignore[no-untyped-def]
         consistent(blocks, pending)
         lo = 0
         for b, count in enumerate(blocks.counts):
-            summary = blocks.summary(b, pending, lo, jobs)  # type: ignore[arg-type]
+            summary = blocks.summary(b, pending, lo, jobs, skip_of)  # type: ignore[arg-type]
             for room in rooms:
                 expected = all(
                     jobs[j].backoff_until <= now
@@ -107,6 +128,20 @@ def _follow(  # type: ignore[no-untyped-def]
                     for _, _, j in pending[lo : lo + count]
                 )
                 assert summary.all_held(limited, room, now) == expected
+                # ``passes``: each job held back or of a key skipped already.
+                for skipping in skip_sets:
+                    passed = all(
+                        jobs[j].backoff_until <= now
+                        and (
+                            skip_of(jobs[j]) in skipping  # type: ignore[arg-type]
+                            or (
+                                (limited or not jobs[j].preemptible)
+                                and admission_held(room, jobs[j].request, jobs[j].preemptible)
+                            )
+                        )
+                        for _, _, j in pending[lo : lo + count]
+                    )
+                    assert summary.passes(limited, room, now, skipping) == passed
             lo += count
 
 

@@ -1,6 +1,8 @@
 """The walk behind a blocked head passes over the jobs admission holds back in one tight
 loop (``allocate.SKIP_HELD``); with the shortcut off each is tried in turn. The two must
-write the very same ledger, and ``admission_held`` must agree with ``admission_reason``."""
+write the very same ledger, and ``admission_held`` must agree with ``admission_reason``.
+So must a cycle that reuses the last cycle's reservations (``backfill.CARRY_PLANS``) and
+one that works each out afresh."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from replay.config import (
 )
 from replay.verify import run as replay
 from scheduler.core import allocate as allocate_module
+from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_held, admission_reason
 from scheduler.core.state import State
@@ -215,3 +218,78 @@ def test_the_example_passes_over_held_blocks() -> None:
     finally:
         pendingblocks.Summary.all_held = real  # type: ignore[method-assign]
     assert any(passed)
+
+
+@contextmanager
+def carry_plans(on: bool) -> Iterator[None]:
+    was = backfill_module.CARRY_PLANS
+    backfill_module.CARRY_PLANS = on
+    try:
+        yield
+    finally:
+        backfill_module.CARRY_PLANS = was
+
+
+def _overrunning() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """A gang's reservation rests on a job expected to end at 100 s that runs on to
+    900 s; jobs arrive before, at and after that end."""
+    jobs = [JobSpec(name="long", queue="q0", at_s=0, runtime_s=900, expected_runtime_s=100)]
+    jobs.append(JobSpec(name="gang", queue="q0", at_s=1, runtime_s=60, pods=2))
+    jobs += [
+        JobSpec(name=f"j{t:03d}", queue="q0", at_s=t, runtime_s=60, pods=2)
+        for t in (50, 99, 100, 150, 400)
+    ]
+    return (
+        ClusterFile(nodes=[NodeGroup(name="g", count=1, gpus=2)]),
+        QueuesFile(queues=[QueueSpec(name="q0", deserved_gpus=2)]),
+        WorkloadFile(jobs=jobs),
+    )
+
+
+@example(_overrunning(), PolicyFile(backfill=True))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(congested(), BACKFILL_KNOBS)
+def test_carrying_reservations_over_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
+    """Reservations reused from the last cycle (``backfill.carried_plans``) are those the
+    cycle would work out: overrunning jobs (runtime past the expected one), jobs without
+    an expected runtime and submissions between cycles included."""
+    with carry_plans(True):
+        carried = _ledger(scenario, knobs, on=True)
+    with carry_plans(False):
+        assert carried == _ledger(scenario, knobs, on=True)
+
+
+def test_the_example_carries_reservations_over() -> None:
+    """A blocked gang's reservation is worked out once while only submissions arrive."""
+    jobs = [JobSpec(name="long", queue="q0", at_s=0, runtime_s=900, expected_runtime_s=900)]
+    jobs.append(JobSpec(name="gang", queue="q0", at_s=1, runtime_s=60, pods=2))
+    jobs += [
+        JobSpec(name=f"j{i:02d}", queue="q0", at_s=2 + i, runtime_s=60, pods=2) for i in range(5)
+    ]
+    scenario = (
+        ClusterFile(nodes=[NodeGroup(name="g", count=1, gpus=2)]),
+        QueuesFile(queues=[QueueSpec(name="q0", deserved_gpus=2)]),
+        WorkloadFile(jobs=jobs),
+    )
+    worked_out: list[int] = []
+    real = backfill_module.reservation_for, backfill_module.reserve_sizes
+
+    def counting(work):  # type: ignore[no-untyped-def]
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            worked_out[-1] += 1
+            return work(*args, **kwargs)
+
+        return counted
+
+    backfill_module.reservation_for = counting(real[0])  # type: ignore[assignment]
+    backfill_module.reserve_sizes = counting(real[1])  # type: ignore[assignment]
+    try:
+        ledgers = []
+        for on in (True, False):
+            worked_out.append(0)
+            with carry_plans(on):
+                ledgers.append(_ledger(scenario, PolicyFile(backfill=True), on=True))
+    finally:
+        backfill_module.reservation_for, backfill_module.reserve_sizes = real  # type: ignore[assignment]
+    assert ledgers[0] == ledgers[1]
+    assert worked_out[0] < worked_out[1]

@@ -25,7 +25,15 @@ from scheduler.core.admission import (
     queue_order,
     quota_reason,
 )
-from scheduler.core.backfill import RunningEnds, backfill_for, blocked_nodes, missed, reserve
+from scheduler.core.backfill import (
+    RunningEnds,
+    backfill_for,
+    blocked_nodes,
+    carried_plans,
+    keep_plans,
+    missed,
+    reserve,
+)
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
@@ -72,6 +80,7 @@ def allocate(state: State, emit: Emit) -> None:
         leaves,
         {q.name: limited(state, q.name) for q in leaves},
         failed=FailedShapes(state.shape_cache),
+        planned=carried_plans(state),
     )
     while (queue := _next_queue(s)) is not None:
         index = s.cursor.get(queue.name, 0)
@@ -88,6 +97,7 @@ def allocate(state: State, emit: Emit) -> None:
     for r in s.reservations:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
+    keep_plans(s)
 
 
 def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None:
@@ -122,10 +132,23 @@ def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
     return job_shape(s.state.shape_cache, job).skip
 
 
+def skip_id(state: State, job: Job) -> int:
+    """The job's skip key (``skip_key``) as a number, the same for equal keys (-1: it has
+    none)."""
+    shape = state.shape_cache.get(job.job)
+    if shape is None or shape.job is not job:
+        shape = job_shape(state.shape_cache, job)
+    found = shape.skip_id
+    if found == -2:
+        ids = state.skip_ids_cache
+        found = shape.skip_id = -1 if shape.skip is None else ids.setdefault(shape.skip, len(ids))
+    return found
+
+
 def _skipped(s: Session, queue: Queue, job: Job) -> None:
     """A job behind the queue's blocked head was skipped: remember its skip key."""
-    key = skip_key(s, job)
-    if key is None:
+    key = skip_id(s.state, job)
+    if key < 0:
         return
     if s.skipping_queue != queue.name:
         s.skipping.clear()
@@ -161,13 +184,19 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
         now = s.state.now
         limited = s.limited[queue.name]
         room = _headroom(s, queue)
+        skipping = s.skipping if queue.name == s.skipping_queue else None
+        state = s.state
         block = blocks.block(pending[at])
         start = bisect_left(pending, blocks.starts[block])
         counts, summaries = blocks.counts, blocks.summaries
         while at < end:
             stop = start + counts[block]
-            summary = summaries[block] or blocks.summary(block, pending, start, jobs)
-            if summary.all_held(limited, room, now):
+            summary = summaries[block] or blocks.summary(
+                block, pending, start, jobs, lambda job: skip_id(state, job)
+            )
+            if summary.all_held(limited, room, now) or (
+                skipping is not None and summary.passes(limited, room, now, skipping)
+            ):
                 at = stop
             else:
                 at = _skip_jobs(s, queue, at, stop)
@@ -187,7 +216,8 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     jobs = s.state.jobs
     now = s.state.now
     skipping = s.skipping if queue.name == s.skipping_queue else None
-    cache = s.state.shape_cache
+    state = s.state
+    cache = state.shape_cache
     held = SKIP_HELD
     limited = s.limited[queue.name]
     r0, r1, r2, rq = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
@@ -210,9 +240,10 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
         if skipping is None:
             break
         shape = cache.get(job.job)
-        if shape is None or shape.job is not job:
-            shape = job_shape(cache, job)
-        if shape.skip not in skipping:
+        key = shape.skip_id if shape is not None and shape.job is job else -2
+        if key == -2:
+            key = skip_id(state, job)
+        if key not in skipping:
             break
         at += 1
     return at

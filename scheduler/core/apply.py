@@ -76,7 +76,10 @@ def apply(state: State, event: Event, at: int) -> State:
         # or importing samples could change the time stamped on later decisions.
         return state
     state.now = max(state.now, at)
-    fold = _FOLDS.get(type(event))
+    kind = type(event)
+    if kind not in _QUIET or (isinstance(event, JobSubmitted) and event.job in state.jobs):
+        state.changes_cache += 1
+    fold = _FOLDS.get(kind)
     if fold is not None:  # (``tick``, ``pod_bound`` and the like change nothing else)
         fold(state, event, at)
     return state
@@ -712,6 +715,11 @@ def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, in
         gpu_milli = sum(slot.milli for p in job.live() for slot in p.gpus)
     return ((ran - kept) * gpu_milli // MILLI, kept)
 
+
+_QUIET: frozenset[type[Event]] = frozenset({JobSubmitted, JobUnschedulable, CycleCompleted})
+"""Events that change nothing a reservation is worked out from (``State.changes_cache``):
+a new job's submission only adds to a pending order; a reason and a cycle's end only
+mark jobs and the state. A submission for a job the state holds already is not quiet."""
 
 _FOLDS: dict[type[Event], Callable[[State, Any, int], None]] = {
     JobSubmitted: _job_submitted,

@@ -18,25 +18,21 @@ from scheduler.core.blocked import behind_reason, blocked_reason
 from scheduler.core.placement import Statement, gang_shape, job_shape, uniform_size
 from scheduler.core.reasons import note_reason
 from scheduler.core.running import NEVER
-from scheduler.core.state import ACTIVE, Job, Queue, State, wake
+from scheduler.core.state import ACTIVE, Job, PlannedMemo, Queue, Reservation, State, wake
 from scheduler.core.victims import Victims, backfilled_under
 
 if TYPE_CHECKING:
     from scheduler.core.session import Session
 
 
+CARRY_PLANS = True
+"""Whether a cycle reuses the reservations the last one worked out where nothing they rest
+on changed (``carried_plans``); the decisions are the same either way
+(``tests/test_skip_held.py`` compares the two ledgers)."""
+
 BACKFILL_TRIES = 64
 """Failed backfill attempts per queue and cycle before the queue stops looking further
 (as Slurm's bf_max_job_test): keeps a cycle bounded with thousands of pending jobs."""
-
-
-@dataclass(slots=True)
-class Reservation:
-    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on."""
-
-    job: str
-    start: int
-    nodes: dict[str, None]
 
 
 @dataclass(slots=True)
@@ -115,6 +111,8 @@ def _planned(s: Session, job: Job) -> Reservation | None:
         # One walk through the running jobs serves every gang of this pod size.
         s.planned.update(reserve_sizes(state, size, uniform_gangs(state, size), s.running))
     key = ("size", size, len(job.pods)) if size is not None else shape
+    if key is None and not s.victims.under_of(job.job):
+        key = ("job", job.job)  # its own reservation, kept for the next cycle
     if key is None or key not in s.planned:
         reservation = reservation_for(state, job, s.running, s.victims)
         if key is not None:
@@ -126,6 +124,41 @@ def _planned(s: Session, job: Job) -> Reservation | None:
     if state.now < planned.start < NEVER:
         wake(state, planned.start)
     return Reservation(job.job, planned.start, planned.nodes)
+
+
+def carried_plans(state: State) -> dict[tuple[object, ...], Reservation | None]:
+    """The reservations the last cycle worked out (``keep_plans``) that this one would
+    work out the same way: all of them, or none.
+
+    A reservation rests on the nodes, the running jobs and their expected ends: no event
+    but a new job's submission, a reason or a cycle's end may have been applied since
+    (``State.changes_cache``). The ends depend on ``now`` too, and only in this: an end
+    that has passed counts as ``now``. So no further running job may have overrun its end
+    since, none may be without a start (its end counts from ``now``), and no reservation
+    kept may rest on an overrun end (one that starts at the time it was worked out; those
+    are not kept). Then the running jobs are released in the same order and every
+    reservation comes out the same."""
+    memo = state.planned_cache
+    if not CARRY_PLANS or memo is None or memo.changes != state.changes_cache or not memo.planned:
+        return {}
+    index = state.running_index()
+    index.advance(state.now)
+    if index.unstarted or len(index.overrun) != memo.overrun:
+        return {}
+    return dict(memo.planned)
+
+
+def keep_plans(s: Session) -> None:
+    """Keep the cycle's reservations for the next one (``carried_plans``)."""
+    state = s.state
+    index = state.running_index()
+    index.advance(state.now)
+    kept = {
+        key: r
+        for key, r in s.planned.items()
+        if r is None or (r.start > state.now and not index.unstarted)
+    }
+    state.planned_cache = PlannedMemo(state.changes_cache, len(index.overrun), kept)
 
 
 def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:

@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from events.model import Event, PodPlacement, PodsAllocated, PodSpec
-from scheduler.core.backfill import Reservation, RunningEnds, reservation_for
+from scheduler.core.backfill import RunningEnds, reservation_for
 from scheduler.core.fairshare import capacity
 from scheduler.core.placement import FailedShapes, Statement, effective_gpu_milli, spread_score
 from scheduler.core.running import NEVER
-from scheduler.core.state import Job, Queue, State
+from scheduler.core.state import Job, Queue, Reservation, State
 from scheduler.core.victims import Victims
 
 Emit = Callable[[Event], None]

@@ -50,8 +50,8 @@ from scheduler.core.victims import (
 )
 
 if TYPE_CHECKING:
-    from scheduler.core.backfill import Reservation
     from scheduler.core.session import Session
+    from scheduler.core.state import Reservation
 
 _NAMED = 3
 """At most this many queues are named in a reason (the rest are counted)."""

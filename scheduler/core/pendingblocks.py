@@ -21,6 +21,7 @@ set only as it goes back to pending, before any cycle can look at its block.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,11 @@ class Summary:
     """The minimal requests of its non-preemptible jobs."""
     backoff: int
     """The latest ``backoff_until`` of its jobs."""
+    keys: dict[int, tuple[Request, bool]] = field(default_factory=dict)
+    """The skip keys of its jobs (``allocate.skip_key``, by id), each with the request and
+    preemptibility it stands for."""
+    unkeyed: list[tuple[Request, bool]] = field(default_factory=list)
+    """The requests and preemptibility of its jobs that have no skip key."""
 
     def all_held(self, limited: bool, headroom: tuple[int, int, int, int], now: int) -> bool:
         """Whether the walk passes over every job of the block (``_skip_known``): none
@@ -67,6 +73,33 @@ class Summary:
                 return False
         return True
 
+    def passes(
+        self,
+        limited: bool,
+        headroom: tuple[int, int, int, int],
+        now: int,
+        skipping: dict[int, None],
+    ) -> bool:
+        """Whether the walk passes over every job of the block, each held back by
+        admission or of a skip key the walk skipped already (``skipping``): the
+        job-by-job rule of ``allocate._skip_jobs``, per distinct key."""
+        if self.backoff > now:
+            return False
+        r0, r1, r2, rq = headroom
+        keys = self.keys
+        missing = keys.keys() - skipping.keys() if skipping else keys.keys()
+        for request, preemptible in [keys[k] for k in missing] + self.unkeyed:
+            if not (limited or not preemptible):
+                return False
+            if not (
+                request[0] > r0
+                or request[1] > r1
+                or request[2] > r2
+                or (not preemptible and request[0] > rq)
+            ):
+                return False
+        return True
+
 
 def minimal(requests: list[Request]) -> list[Request]:
     """The requests no other one of ``requests`` is at most in every resource (one of
@@ -79,16 +112,33 @@ def minimal(requests: list[Request]) -> list[Request]:
     return kept
 
 
-def summarise(pending: list[Key], lo: int, hi: int, jobs: dict[str, Job]) -> Summary:
+SkipOf = Callable[["Job"], int]
+"""A job's skip key id (``allocate.skip_id``; -1: it has none)."""
+
+
+def _no_key(_job: Job) -> int:
+    return -1
+
+
+def summarise(
+    pending: list[Key], lo: int, hi: int, jobs: dict[str, Job], skip_of: SkipOf = _no_key
+) -> Summary:
     """The summary of the jobs ``pending[lo:hi]``."""
     preemptible: list[Request] = []
     fixed: list[Request] = []
     backoff = 0
+    keys: dict[int, tuple[Request, bool]] = {}
+    unkeyed: dict[tuple[Request, bool], None] = {}
     for _, _, job_id in pending[lo:hi]:
         job = jobs[job_id]
         (preemptible if job.preemptible else fixed).append(job.request)
         backoff = max(backoff, job.backoff_until)
-    return Summary(minimal(preemptible), minimal(fixed), backoff)
+        key = skip_of(job)
+        if key < 0:
+            unkeyed[(job.request, job.preemptible)] = None
+        else:
+            keys[key] = (job.request, job.preemptible)
+    return Summary(minimal(preemptible), minimal(fixed), backoff, keys, list(unkeyed))
 
 
 @dataclass(slots=True)
@@ -147,9 +197,11 @@ class PendingBlocks:
         """The block that holds ``key``."""
         return bisect_right(self.starts, key) - 1
 
-    def summary(self, b: int, pending: list[Key], lo: int, jobs: dict[str, Job]) -> Summary:
+    def summary(
+        self, b: int, pending: list[Key], lo: int, jobs: dict[str, Job], skip_of: SkipOf = _no_key
+    ) -> Summary:
         """Block ``b``'s summary; ``lo`` is where it begins in ``pending``."""
         found = self.summaries[b]
         if found is None:
-            found = self.summaries[b] = summarise(pending, lo, lo + self.counts[b], jobs)
+            found = self.summaries[b] = summarise(pending, lo, lo + self.counts[b], jobs, skip_of)
         return found

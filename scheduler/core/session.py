@@ -19,8 +19,9 @@ from scheduler.core.state import Queue, State
 
 if TYPE_CHECKING:
     from scheduler.core.admission import Headroom
-    from scheduler.core.backfill import Reservation, RunningEnds
+    from scheduler.core.backfill import RunningEnds
     from scheduler.core.reasons import Reason
+    from scheduler.core.state import Reservation
     from scheduler.core.victims import Victims
 
 Emit = Callable[[Event], None]
@@ -75,8 +76,8 @@ class Session:
     """Per queue: whether any of its pending jobs asks for no GPU (worked out on demand)."""
     done: dict[str, None] = field(default_factory=dict)
     """Queues with nothing more to try this cycle."""
-    skipping: dict[tuple[object, ...], None] = field(default_factory=dict)
-    """Skip keys (``allocate.skip_key``) of jobs behind the blocked head of the queue being
+    skipping: dict[int, None] = field(default_factory=dict)
+    """Skip keys (``allocate.skip_id``) of jobs behind the blocked head of the queue being
     walked that were skipped (``failed``) since the last placement, reservation or
     eviction: a later job of the same key in that queue is skipped as well."""
     skipping_queue: str = ""

@@ -233,6 +233,30 @@ class JobShape:
     uniform: int
     """The pod size of a plain gang of like pods, all required (``placement.uniform_size``);
     0: not such a gang."""
+    skip_id: int = -2
+    """``skip`` as a small number (``allocate.skip_id``: -1 none, -2 not numbered yet)."""
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on (``backfill``)."""
+
+    job: str
+    start: int
+    nodes: dict[str, None]
+
+
+@dataclass(slots=True)
+class PlannedMemo:
+    """The reservations a cycle worked out (``Session.planned``, by shape or job), with
+    what they rest on besides the allocations: see ``backfill.carried_plans``."""
+
+    changes: int
+    """``State.changes_cache`` when they were worked out."""
+    overrun: int
+    """How many running jobs had overrun their expected end then."""
+    planned: dict[tuple[object, ...], Reservation | None]
+    """Key -> the reservation (None: the job never fits)."""
 
 
 @dataclass(slots=True)
@@ -288,6 +312,15 @@ class State:
     shape_cache: dict[str, JobShape] = field(default_factory=dict)
     """Cache: per pending job, what decides its fit by shape (``placement.job_shape``),
     dropped by ``remove_pending``."""
+    changes_cache: int = 0
+    """Cache: counts the applied events that can change what a reservation is worked out
+    from (every event but a new job's submission, a reason and a cycle's end; ``apply``)."""
+    planned_cache: PlannedMemo | None = None
+    """Cache: the reservations the last cycle worked out, for the next one to reuse while
+    nothing they rest on changed (``backfill.carried_plans``)."""
+    skip_ids_cache: dict[tuple[object, ...], int] = field(default_factory=dict)
+    """Cache: a number for each skip key seen (``allocate.skip_id``): the walk behind a
+    blocked head compares numbers, not nested tuples."""
     stale: dict[str, None] = field(default_factory=dict)
     """Running gangs below their minimum, by when they fell (insertion order)."""
     wakeup: int | None = None
