@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.cluster import packed, tree
 from events.model import JobPreempted, JobSubmitted, PodsAllocated, PodSpec, QueueConfigured
+from replay.config import policy_event
+from replay.verify import run as replay
 from scheduler.core import State, apply, backfill, cycle, victims
 from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.state import Queue, Resources
+from tests.simkit import simulate
+from tests.test_skip_held import congested
 
 
 def _queue(name: str, allocated: int) -> Queue:
@@ -158,6 +162,30 @@ def test_one_walk_reserves_what_a_walk_per_gang_reserves(seed: int) -> None:
         assert (own is None) == (got is None)
         if own is not None and got is not None:
             assert (own.start, own.nodes) == (got.start, got.nodes)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(congested(), st.integers(0, 400))
+def test_one_walk_reserves_what_a_walk_per_gang_reserves_on_random_states(scenario, upto) -> None:  # type: ignore[no-untyped-def]
+    """The same on small random clusters taken at any point of a run: gangs of fractional
+    and multi-GPU pods, nodes partly used, jobs overrunning their estimates."""
+    cluster, queues, workload = scenario
+    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", None))
+    state = replay(ledger, end=min(upto, len(ledger.records))).state
+    running = backfill.RunningEnds(state)
+    order = victims.Victims(state)
+    sizes = {p.gpu_milli for j in state.jobs.values() for p in j.pods if p.gpu_milli}
+    for size in sorted(sizes):
+        gangs = backfill.uniform_gangs(state, size)
+        shared = backfill.reserve_sizes(state, size, gangs, running)
+        for count, job in gangs.items():
+            if order.under_of(job.job):
+                continue  # (its own reservation counts what was backfilled under it)
+            own = backfill.reservation_for(state, job, running, order)
+            got = shared[("size", size, count)]
+            assert (own is None) == (got is None)
+            if own is not None and got is not None:
+                assert (own.start, own.nodes) == (got.start, got.nodes)
 
 
 def test_a_node_re_announced_smaller_under_a_pod_does_not_crash_the_fold() -> None:

@@ -218,24 +218,35 @@ def reserve_sizes(
     jobs = state.jobs
     nodes = state.nodes
     waiting = 0  # counts[waiting] is the smallest gang not placed yet
+    # Released jobs are booked: their GPUs count as free per node (``extra``), as evicting
+    # them would free them. Before a placement is tried, the booked jobs with a pod on a
+    # node that could then hold a pod of ``size`` are evicted in the statement; on any
+    # other node no pod of the gang fits either way, so the rest stay booked.
+    booked: dict[str, tuple[Job, list[tuple[str, int]]]] = {}
+    extra: dict[str, int] = {}
     with Statement(state.nodes, index=index) as stmt:
         for end, _, job_id in running.ordered(True):
             other = jobs[job_id]
             if other.status not in ACTIVE:
                 continue
-            before: dict[str, int] = {}
+            given_on: list[tuple[str, int]] = []
             for placement in other.live():
+                free += sum(slot.milli for slot in placement.gpus)
                 node = nodes.get(placement.node)
                 if node is not None:
-                    before.setdefault(node.name, node.free_gpu_milli)
-                free += sum(slot.milli for slot in placement.gpus)
-            stmt.evict(other)
-            for name, was in before.items():
-                bound += nodes[name].free_gpu_milli // size - was // size
+                    devices = len(node.free_devices)  # (``give_slots`` skips the others)
+                    given = sum(slot.milli for slot in placement.gpus if slot.device < devices)
+                    before = extra.get(node.name, 0)
+                    was = node.free_gpu_milli + before
+                    extra[node.name] = before + given
+                    bound += (was + given) // size - was // size
+                    given_on.append((node.name, given))
+            booked[job_id] = (other, given_on)
             while waiting < len(counts):
                 count = counts[waiting]
                 if free < count * size or bound < count:
                     break
+                _evict_where_fits(stmt, size, booked, extra)
                 point = stmt.checkpoint()
                 placed = stmt.place_gang(gangs[count])
                 if placed is None:
@@ -246,6 +257,31 @@ def reserve_sizes(
             if waiting == len(counts):
                 break
     return found
+
+
+def _evict_where_fits(
+    stmt: Statement,
+    size: int,
+    booked: dict[str, tuple[Job, list[tuple[str, int]]]],
+    extra: dict[str, int],
+) -> None:
+    """Evict the booked jobs with a pod on a node whose free GPUs, with what is booked
+    there, reach ``size`` (``reserve_sizes``)."""
+    nodes = stmt.nodes
+    fits = {name for name, more in extra.items() if nodes[name].free_gpu_milli + more >= size}
+    if not fits:
+        return
+    for job_id, (job, given_on) in list(booked.items()):
+        if not any(name in fits for name, _ in given_on):
+            continue
+        stmt.evict(job)
+        del booked[job_id]
+        for name, given in given_on:
+            left = extra.get(name, 0) - given
+            if left:
+                extra[name] = left
+            else:
+                extra.pop(name, None)
 
 
 @dataclass(slots=True)
