@@ -5,9 +5,11 @@ victims it may take, cheapest first (least lost work): **backfill** (jobs backfi
 under the head's own reservation give way), **reclaim** (from other queues above their
 fair share or quota, ``reclaim_candidates``) and **preempt** (lower-priority jobs of the
 same queue). A rule evicts the fewest victims that let the gang start, and only if it
-then starts: never in vain. ``protected`` is the one min-runtime check, applied by
-reclaim, preempt and consolidation (a job backfilled under a reservation gives way to it
-however young).
+then starts: never in vain. Where reclaim's shared bounds, counted in victim order, are
+spent on devices scattered over many nodes, its victims are chosen again node by node,
+cheapest whole nodes first (``_node_by_node``). ``protected`` is the one min-runtime
+check, applied by reclaim, preempt and consolidation (a job backfilled under a
+reservation gives way to it however young).
 """
 
 from __future__ import annotations
@@ -412,7 +414,8 @@ class _Take:
         """Whether ``victims`` (from ``run(together=False)``) may be taken after those
         counted in ``taken``, counted in this order; if so they are counted in it. A set
         allowed so in some order is allowed smallest first (``allows``: each bound is
-        loosest when the largest victim comes last), so this is a quick sufficient check."""
+        loosest when the largest victim comes last), so this is a quick check before
+        ``allows``; the victims a rule keeps are validated by ``allows`` in any case."""
         trial = dict(taken)
         for victim in victims:
             levels, judged = self.judged[victim.job]
