@@ -937,7 +937,7 @@ def _pinned(name: str, q: str, host: str) -> JobSubmitted:
 
 # Four 4-GPU nodes filled one GPU per job. a deserves 8 and holds 14, so quota reclaim may
 # take 6 of its GPUs; c holds 2 within its quota, one on n2 and one on n3. a's newest
-# (cheapest) jobs sit beside c's on n2 and n3; n1 and n4 hold only a's jobs, n4's older.
+# jobs sit beside c's on n2 and n3, and as new on n1; n4 holds a's older (dearer) jobs.
 _SCATTERED = (
     (*(node(f"n{i}", gpus=4, host=f"n{i}") for i in range(1, 5)),
      queue("a", deserved=8), queue("b", deserved=4), queue("c", deserved=4)),
@@ -947,15 +947,16 @@ _SCATTERED = (
      *(_pinned(f"x{k}", "a", "n2") for k in range(3)),
      *(_pinned(f"y{k}", "a", "n3") for k in range(3))),
     (1, *(started(f"d{k}") for k in range(4)), started("c2"), started("c3")),
-    (2, *(started(f"w{k}") for k in range(4))),
-    (3, *(started(f"x{k}") for k in range(3)), *(started(f"y{k}") for k in range(3))),
+    (3, *(started(f"w{k}") for k in range(4)), *(started(f"x{k}") for k in range(3)),
+     *(started(f"y{k}") for k in range(3))),
 )  # fmt: skip
 
 RECLAIM = [
     case(
-        # in victim order a's 6 newest jobs (on n2, n3) spend its bound of 6 GPUs, and c's
-        # jobs keep those nodes from the 4-GPU gang; node by node, n1 is the cheapest node
-        # whose every job may go, and its 4 jobs fit the bound together
+        # in victim order 6 of a's newest jobs (x, y on n2, n3 first: same lost work, newest
+        # first) spend its bound of 6 GPUs, and c's jobs keep those nodes from the 4-GPU
+        # gang; node by node, n1 and n4 are the nodes whose every job may go, n1 the
+        # cheaper (n4's jobs are also dearer than any the victim order counted)
         "reclaim-frees-the-cheapest-whole-node-when-scattered-victims-would-not-do",
         _SCATTERED[0],
         *_SCATTERED[1:],

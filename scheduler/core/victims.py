@@ -716,7 +716,8 @@ def make_room(
     # room: without a lost-work budget (KAI's) every victim allowed alone is tried in
     # victim order (with one, reclaim's bounds are spent cheapest first, so what it evicts
     # stays cheap); then, for a job asking for GPUs, the victims node by node, cheapest
-    # nodes first (``_node_by_node``), so the bounds are spent on whole nodes.
+    # nodes first (``_node_by_node``), so the bounds are spent on whole nodes, each victim
+    # losing no more work than the dearest the victim order counted.
     budgetless = state.config.lost_work_ratio_milli <= 0
     for rule in RULES:
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
@@ -729,7 +730,9 @@ def make_room(
             if budgetless:
                 kept = _try_rule(room, wider, budget, found.allows)
             if kept is None and found.take is not None and job.request[0] > 0:
-                by_node = _node_by_node(room, wider, budget, found.take)
+                # no victim dearer than the victim order would have reached
+                dearest = max((lost_work(v, state.now)[0] for v in found.victims), default=-1)
+                by_node = _node_by_node(room, wider, min(budget, dearest), found.take)
                 kept = _try_rule(room, by_node, budget, found.allows)
         if kept is not None:
             placements, victims = kept
@@ -779,8 +782,10 @@ def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) 
 
     A node is ranked when the gang may use it (not cordoned nor kept off, a pod's
     selector matches and its taints are tolerated), it holds GPUs, and every job holding
-    GPUs on it is a candidate costing no more than ``budget`` (every other rule — min-
-    runtime, hysteresis, a queue's bounds alone — was applied to the candidates). Nodes
+    GPUs on it is a candidate losing no more than ``budget`` (``make_room`` passes the
+    lost-work budget, or the dearest victim the victim order counted if less; every other
+    rule — min-runtime, hysteresis, a queue's bounds alone — was applied to the
+    candidates). Nodes
     are taken cheapest first: least work lost by the victims not taken yet, then fewest
     such victims, then by name (a victim spanning nodes makes its other nodes cheaper
     once taken); a node's victims join only if the bounds allow them together with those
