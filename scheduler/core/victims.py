@@ -368,15 +368,29 @@ class _Take:
     """Whether a victim was left out only because of what those before it took."""
     judged: dict[str, tuple[list[Level], tuple[int, int, int]]] = field(default_factory=dict)
     """Per victim taken alone (``together=False``): its levels and what they judge of it."""
+    dearest: int = -1
+    """The most work (GPU-ms) a victim taken together (``together=True``) loses; -1: none."""
 
-    def run(self, *, together: bool) -> list[Job]:
+    def run(self, *, together: bool, ceiling: int | None = None) -> list[Job]:
         """The victims in order that may be taken: with ``together``, each while every
         level it counts against still has room after those before it; without, each as
-        if it were the only one (``allows`` then judges a set)."""
+        if it were the only one (``allows`` then judges a set). With a ``ceiling`` (the
+        node-by-node choice's), only victims holding GPUs and losing at most ``ceiling``
+        GPU-ms are read: under gpuledger's victim order (least lost work first) the
+        reading stops at the first dearer one, and streams of jobs holding no GPU are
+        passed over whole (``CEILING_STOPS``)."""
         taken = {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
         zero = dict(taken)
         allowed: list[Job] = []
-        for item, levels, floor in self._ordered(taken if together else zero, zero):
+        bounded = ceiling is not None
+        limit = NEVER if ceiling is None else ceiling
+        stops = bounded and CEILING_STOPS and self.s.state.config.victim_order != "kai"
+        rows = self._ordered(taken if together else zero, zero, gpus_only=stops)
+        for item, levels, floor in rows:
+            if bounded and (item[0] > limit or item[5] <= 0):
+                if stops and item[0] > limit:
+                    break
+                continue
             victim = item[4]
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
             if judged is None:
@@ -392,6 +406,7 @@ class _Take:
                 continue
             if together:
                 _count(levels, taken, judged)
+                self.dearest = max(self.dearest, item[0])
             else:
                 self.judged[victim.job] = (levels, judged)
             allowed.append(victim)
@@ -436,12 +451,16 @@ class _Take:
         return {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
 
     def _ordered(
-        self, taken: dict[tuple[str, int], int], zero: dict[tuple[str, int], int]
+        self,
+        taken: dict[tuple[str, int], int],
+        zero: dict[tuple[str, int], int],
+        *,
+        gpus_only: bool = False,
     ) -> Iterator[tuple[VictimItem, list[Level], int]]:
         """(victim, its levels, its queue's reclaim min-runtime) in victim order. A stream
         whose jobs all hold the same GPUs, judged by GPU, is dropped once they hold more
         than their queue may still give (``taken`` only grows, so none of its jobs could
-        be taken any more)."""
+        be taken any more); with ``gpus_only`` one whose jobs hold no GPU is not read."""
         state = self.s.state
         if state.config.victim_order == "kai":
             yield from self._kai_ordered()
@@ -450,6 +469,8 @@ class _Take:
         for leaf, levels in self.levels_of.items():
             floor = min_runtime(state, leaf, "reclaim")
             for same, stream in self.s.victims.streams(leaf):
+                if gpus_only and same is not None and same <= 0:
+                    continue
                 first = next(stream, None)
                 if first is not None:
                     shortcut = -1 if same is None or same <= 0 or 0 not in self.reclaimed else same
@@ -726,14 +747,11 @@ def make_room(
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
         if kept is None and found.wider is not None and found.allows is not None:
-            wider = found.wider()
-            if budgetless:
+            wider = found.wider() if budgetless else None
+            if wider is not None:
                 kept = _try_rule(room, wider, budget, found.allows)
             if kept is None and found.take is not None and job.request[0] > 0:
-                # no victim dearer than the victim order would have reached
-                dearest = max((lost_work(v, state.now)[0] for v in found.victims), default=-1)
-                by_node = _node_by_node(room, wider, min(budget, dearest), found.take)
-                kept = _try_rule(room, by_node, budget, found.allows)
+                kept = _by_node(room, found, found.take, wider, budget)
         if kept is not None:
             placements, victims = kept
             return placements, [(v, rule.name) for v in victims]
@@ -775,6 +793,33 @@ def _try_rule(
     return placements, kept
 
 
+CEILING_STOPS = True
+"""Whether reading the victims allowed alone stops at the first one dearer than the
+node-by-node ceiling (``_Take.run``), and the node-by-node choice is skipped when even
+every victim within it could not make room (``_by_node``). Off, every victim is read and
+the nodes ranked anyway: the decisions are the same (``tests/test_node_by_node.py``)."""
+
+
+def _by_node(
+    room: _Room, found: Candidates, take: _Take, wider: list[Job] | None, budget: int
+) -> tuple[list[PodPlacement], list[Job]] | None:
+    """Reclaim's victims node by node (``_node_by_node``), each losing no more work than
+    the dearest victim the victim order counted (``_Take.dearest``) nor than ``budget``:
+    the victims allowed alone within that ceiling (from ``wider`` when it was read whole),
+    tried when together they could make room at all (``_Room.could_fit`` only grows with
+    the victims, and the nodes' victims are among them)."""
+    now = room.state.now
+    ceiling = min(budget, take.dearest)
+    if wider is None:
+        candidates = take.run(together=False, ceiling=ceiling)
+    else:
+        candidates = [v for v in wider if lost_work(v, now)[0] <= ceiling]
+    if CEILING_STOPS and (not candidates or not room.could_fit(candidates)):
+        return None
+    by_node = _node_by_node(room, candidates, ceiling, take)
+    return _try_rule(room, by_node, budget, found.allows)
+
+
 def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) -> list[Job]:
     """The candidates node by node, for a gang the victim order cannot make room for
     because reclaim's shared bounds are spent on devices scattered over many nodes
@@ -782,15 +827,15 @@ def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) 
 
     A node is ranked when the gang may use it (not cordoned nor kept off, a pod's
     selector matches and its taints are tolerated), it holds GPUs, and every job holding
-    GPUs on it is a candidate losing no more than ``budget`` (``make_room`` passes the
+    GPUs on it is a candidate losing no more than ``budget`` (``_by_node`` passes the
     lost-work budget, or the dearest victim the victim order counted if less; every other
     rule — min-runtime, hysteresis, a queue's bounds alone — was applied to the
-    candidates). Nodes
-    are taken cheapest first: least work lost by the victims not taken yet, then fewest
-    such victims, then by name (a victim spanning nodes makes its other nodes cheaper
-    once taken); a node's victims join only if the bounds allow them together with those
-    before (``_Take.admit``, else ``_Take.allows``). ``_try_rule`` then evicts them in
-    this order until the gang fits and keeps only those its placement needs.
+    candidates). Nodes are taken cheapest first: least work lost by the victims not taken
+    yet, then fewest such victims, then by name (a victim spanning nodes makes its other
+    nodes cheaper once taken); a node's victims join only if the bounds allow them
+    together with those before (``_Take.admit``, else ``_Take.allows``). ``_try_rule``
+    then evicts them in this order until the gang fits and keeps only those its
+    placement needs.
     """
     now = room.state.now
     by_id = {v.job: v for v in candidates if budget >= NEVER or lost_work(v, now)[0] <= budget}
