@@ -43,7 +43,7 @@ def ceiling_stops(on: bool) -> Iterator[None]:
 @st.composite
 def packed(draw: st.DrawFn) -> Scenario:
     """Small nodes filled by single-device jobs of several queues (some under a shared
-    parent), then gangs of whole-node pods in queues below their deserved quota: the
+    parent), then gangs of whole-node pods, most in a queue holding nothing yet: the
     victim order's bounds are spent on scattered devices, so node by node is tried."""
     gpus = draw(st.sampled_from([2, 4]))
     nodes = draw(st.integers(2, 5))
@@ -63,22 +63,29 @@ def packed(draw: st.DrawFn) -> Scenario:
         )
     kids = sum(q.deserved_gpus or 0 for q in queues if q.parent)
     queues.append(QueueSpec(name="org", deserved_gpus=draw(st.integers(kids, capacity + kids))))
+    queues.append(QueueSpec(name="gangs", deserved_gpus=draw(st.integers(gpus, capacity))))
+    spread = draw(st.sampled_from([0, 0, 60]))  # 0: started together, alike lost work
+    # a queue's jobs mostly in a run (arrival order), so some nodes hold one queue's alone
+    owners = sorted(draw(st.lists(st.sampled_from(names), min_size=capacity,
+                                  max_size=capacity + 6)))  # fmt: skip
+    if draw(st.booleans()):
+        owners = draw(st.permutations(owners))
     jobs = [
         JobSpec(
             name=f"s{i:03d}",
-            queue=draw(st.sampled_from(names)),
-            at_s=draw(st.integers(0, 60)),
+            queue=owner,
+            at_s=draw(st.integers(0, spread)),
             runtime_s=draw(st.integers(300, 3000)),
             pods=1,
             gpus_per_pod=draw(st.sampled_from([0.5, 1, 1])),
             expected_runtime_s=draw(st.one_of(st.none(), st.integers(300, 3000))),
         )
-        for i in range(draw(st.integers(capacity, capacity + 6)))
+        for i, owner in enumerate(owners)
     ]
     jobs += [
         JobSpec(
             name=f"g{i:03d}",
-            queue=draw(st.sampled_from(names)),
+            queue=draw(st.sampled_from([*names, "gangs", "gangs"])),
             at_s=draw(st.integers(60, 900)),
             runtime_s=draw(st.integers(60, 2000)),
             pods=draw(st.integers(1, 2)),
@@ -142,7 +149,7 @@ def _preempted(scenario: Scenario) -> list[JobPreempted]:
 
 @example(_scattered(), PolicyFile())
 @example(_scattered(), PolicyFile(lost_work_ratio=0.0))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(packed(), KNOBS)
 def test_the_ceiling_shortcut_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
     assert _ledger(scenario, knobs, on=True) == _ledger(scenario, knobs, on=False)
