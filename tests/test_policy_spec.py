@@ -930,7 +930,44 @@ _ORG_HOLDS_ITS_QUOTA = (
     queue("a2", parent="org", deserved=6),
 )
 
+
+def _pinned(name: str, q: str, host: str) -> JobSubmitted:
+    return job(name, q, gpus=1, selector={"host": host})
+
+
+# Four 4-GPU nodes filled one GPU per job. a deserves 8 and holds 14, so quota reclaim may
+# take 6 of its GPUs; c holds 2 within its quota, one on n2 and one on n3. a's newest
+# jobs sit beside c's on n2 and n3, and as new on n1; n4 holds a's older (dearer) jobs.
+_SCATTERED = (
+    (*(node(f"n{i}", gpus=4, host=f"n{i}") for i in range(1, 5)),
+     queue("a", deserved=8), queue("b", deserved=4), queue("c", deserved=4)),
+    (0, *(_pinned(f"d{k}", "a", "n4") for k in range(4)),
+     *(_pinned(f"w{k}", "a", "n1") for k in range(4)),
+     _pinned("c2", "c", "n2"), _pinned("c3", "c", "n3"),
+     *(_pinned(f"x{k}", "a", "n2") for k in range(3)),
+     *(_pinned(f"y{k}", "a", "n3") for k in range(3))),
+    (1, *(started(f"d{k}") for k in range(4)), started("c2"), started("c3")),
+    (3, *(started(f"w{k}") for k in range(4)), *(started(f"x{k}") for k in range(3)),
+     *(started(f"y{k}") for k in range(3))),
+)  # fmt: skip
+
 RECLAIM = [
+    case(
+        # in victim order 6 of a's newest jobs (x, y on n2, n3 first: same lost work, newest
+        # first) spend its bound of 6 GPUs, and c's jobs keep those nodes from the 4-GPU
+        # gang; node by node, n1 and n4 are the nodes whose every job may go, n1 the
+        # cheaper (n4's jobs are also dearer than any the victim order counted)
+        "reclaim-frees-the-cheapest-whole-node-when-scattered-victims-would-not-do",
+        _SCATTERED[0],
+        *_SCATTERED[1:],
+        (10, job("b1", "b", gpus=4)),
+        then={
+            "preempted": [(f"w{k}", "reclaim", "b1") for k in range(4)],
+            "allocated": {"b1": {"b1-0": "n1"}},
+            "gpus": {"a": 10, "b": 4, "c": 2},
+        },
+        lost_work_ratio_milli=100,  # the shipped default (0.1): no search beyond the order
+    ),
     case(
         # a's head needs 4 more of its non-preemptible quota (4 of 6 used): its quota holds
         # it back, not capacity, so it blocks nothing; a2 fits a's quota and reclaims b1
@@ -1667,7 +1704,7 @@ BACKFILL = [
         (1001, finished("long")),
         then={"preempted": [], "placed": []},
         backfill=True,
-        lost_work_ratio_milli=100,
+        lost_work_ratio_milli=100,  # the shipped default (0.1): no search beyond the order
     ),
     case(
         "a-backfilled-job-whose-lost-work-is-within-the-budget-gives-way",
@@ -1686,7 +1723,7 @@ BACKFILL = [
         *_A_RUNS_TWO,
         (1000, job("b1", "b", gpus=8)),
         then={"preempted": [("a1", "reclaim", "b1")]},
-        lost_work_ratio_milli=100,
+        lost_work_ratio_milli=100,  # the shipped default (0.1): no search beyond the order
     ),
     case(
         # no quotas: b reclaims by fair share, beyond its quota of 0, so the budget holds
@@ -1696,7 +1733,7 @@ BACKFILL = [
         (1, started("a1"), started("a2")),
         (100, job("b1", "b", gpus=8)),
         then={"preempted": [], "placed": []},
-        lost_work_ratio_milli=100,
+        lost_work_ratio_milli=100,  # the shipped default (0.1): no search beyond the order
     ),
     case(
         "the-same-reclaim-without-a-budget",
@@ -1714,7 +1751,7 @@ BACKFILL = [
         (1, started("low")),
         (100, job("hi", "a", gpus=8, cls="build-preemptible")),
         then={"preempted": [("low", "preempt", "hi")]},
-        lost_work_ratio_milli=100,
+        lost_work_ratio_milli=100,  # the shipped default (0.1): no search beyond the order
     ),
     case(
         "a-preemptible-job-that-fits-off-the-reserved-nodes-goes-there",

@@ -114,8 +114,8 @@ def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
     # tenant is above its deserved quota and quota reclaim may take any of its jobs: where
     # the gang lands, not the tenants' quotas, decides what it takes, which is what this
     # checks. (With 8 % each, org4 holds 20 GPUs within its quota of 25.6 and has jobs on
-    # most nodes: reclaim takes none of them, rightly, and a 5-node gang finds no room,
-    # ``test_a_top_level_gang_takes_nothing_from_a_tenant_within_its_quota``.)
+    # 27 of the 40 nodes: reclaim takes none of them, rightly, and a 14-node gang finds no
+    # room, ``test_a_top_level_gang_takes_nothing_from_a_tenant_within_its_quota``.)
     state, flag = _reclaim_state(40, gang_pods, 1)
     before = {j.job: [p.node for p in j.live()] for j in state.jobs.values() if j.live()}
     decisions = cycle(state, state.now)
@@ -130,21 +130,37 @@ def test_a_big_gang_reclaims_only_what_sits_under_it(gang_pods: int) -> None:
     assert {v.job for v in evicted} == under
 
 
-@pytest.mark.parametrize("gang_pods", [1, 3, 5])
+@pytest.mark.parametrize("gang_pods", [1, 3, 5, 13, 14])
 def test_a_top_level_gang_takes_nothing_from_a_tenant_within_its_quota(gang_pods: int) -> None:
     """The flagship is a top-level queue: it and each tenant's top-level queue are where
     their branches meet, and a tenant there within its deserved quota and fair share
     (org4: 20 GPUs of its 25.6) gives nothing, whatever its leaves hold (KAI-Scheduler's
-    leveled queues). The leaves of org4 are above their own shares."""
+    leveled queues). The leaves of org4 are above their own shares. 13 of the 40 nodes
+    hold no GPU of org4: a gang of up to 13 whole-node pods gets them (reclaim's
+    node-by-node choice, §5), one of 14 cannot be placed."""
     state, flag = _reclaim_state(40, gang_pods, 8)
     org4 = state.queues["org4"]
     shares = fair_shares(state)
     assert org4.allocated[0] <= min(shares.deserved["org4"][0], shares.fair["org4"][0])
+    jobs = state.jobs
+    without_org4 = [
+        n.name
+        for n in state.nodes.values()
+        if all(
+            state.ancestors(jobs[j].queue)[-1].name != "org4"
+            or not any(p.node == n.name and p.gpus for p in jobs[j].live())
+            for j in n.pods.values()
+        )
+    ]
+    assert len(without_org4) == 13
     decisions = cycle(state, state.now)
     evicted = [d for d in decisions if isinstance(d, JobPreempted)]
     assert all(state.ancestors(v.queue)[-1].name != "org4" for v in evicted)
-    placed = {d.job for d in decisions if isinstance(d, PodsAllocated)}
-    assert (flag in placed) == (gang_pods < 5)  # 5 nodes free of org4 jobs cannot be had
+    placed = [d for d in decisions if isinstance(d, PodsAllocated) and d.job == flag]
+    assert bool(placed) == (gang_pods <= 13)
+    assert bool(evicted) == (gang_pods <= 13)  # never evicted in vain
+    if placed:
+        assert {p.node for p in placed[0].placements} <= set(without_org4)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

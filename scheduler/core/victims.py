@@ -5,9 +5,11 @@ victims it may take, cheapest first (least lost work): **backfill** (jobs backfi
 under the head's own reservation give way), **reclaim** (from other queues above their
 fair share or quota, ``reclaim_candidates``) and **preempt** (lower-priority jobs of the
 same queue). A rule evicts the fewest victims that let the gang start, and only if it
-then starts: never in vain. ``protected`` is the one min-runtime check, applied by
-reclaim, preempt and consolidation (a job backfilled under a reservation gives way to it
-however young).
+then starts: never in vain. Where reclaim's shared bounds, counted in victim order, are
+spent on devices scattered over many nodes, its victims are chosen again node by node,
+cheapest whole nodes first (``_node_by_node``). ``protected`` is the one min-runtime
+check, applied by reclaim, preempt and consolidation (a job backfilled under a
+reservation gives way to it however young).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
 from scheduler.core.admission import limit_excess
 from scheduler.core.apply import lost_work
 from scheduler.core.fairshare import RESOURCES, Shares, capacity
-from scheduler.core.placement import Statement, gang_demand, may_fit
+from scheduler.core.placement import (
+    Statement,
+    gang_demand,
+    may_fit,
+    selector_matches,
+    tolerates,
+)
 from scheduler.core.running import NEVER, VictimItem, gpu_spots, held_gpu, held_resources
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State, wake
 
@@ -179,6 +187,8 @@ class Candidates:
     victims: list[Job]
     wider: Callable[[], list[Job]] | None = None
     allows: Callable[[list[Job]], bool] | None = None
+    take: _Take | None = None
+    """Reclaim's bounds, counted victim by victim (``_node_by_node``), with ``wider``."""
 
 
 def backfilled_under(job: Job, victims: Victims) -> list[Job]:
@@ -284,7 +294,7 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     victims = take.run(together=True)
     if not take.clipped:
         return Candidates(victims)
-    return Candidates(victims, lambda: take.run(together=False), take.allows)
+    return Candidates(victims, lambda: take.run(together=False), take.allows, take)
 
 
 def _leveled(shares: Shares, taker: Reclaimer, mine: Queue) -> Reclaimer:
@@ -358,15 +368,29 @@ class _Take:
     """Whether a victim was left out only because of what those before it took."""
     judged: dict[str, tuple[list[Level], tuple[int, int, int]]] = field(default_factory=dict)
     """Per victim taken alone (``together=False``): its levels and what they judge of it."""
+    dearest: int = -1
+    """The most work (GPU-ms) a victim taken together (``together=True``) loses; -1: none."""
 
-    def run(self, *, together: bool) -> list[Job]:
+    def run(self, *, together: bool, ceiling: int | None = None) -> list[Job]:
         """The victims in order that may be taken: with ``together``, each while every
         level it counts against still has room after those before it; without, each as
-        if it were the only one (``allows`` then judges a set)."""
+        if it were the only one (``allows`` then judges a set). With a ``ceiling`` (the
+        node-by-node choice's), only victims holding GPUs and losing at most ``ceiling``
+        GPU-ms are read: under gpuledger's victim order (least lost work first) the
+        reading stops at the first dearer one, and streams of jobs holding no GPU are
+        passed over whole (``CEILING_STOPS``)."""
         taken = {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
         zero = dict(taken)
         allowed: list[Job] = []
-        for item, levels, floor in self._ordered(taken if together else zero, zero):
+        bounded = ceiling is not None
+        limit = NEVER if ceiling is None else ceiling
+        stops = bounded and CEILING_STOPS and self.s.state.config.victim_order != "kai"
+        rows = self._ordered(taken if together else zero, zero, gpus_only=stops)
+        for item, levels, floor in rows:
+            if bounded and (item[0] > limit or item[5] <= 0):
+                if stops and item[0] > limit:
+                    break
+                continue
             victim = item[4]
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
             if judged is None:
@@ -382,6 +406,7 @@ class _Take:
                 continue
             if together:
                 _count(levels, taken, judged)
+                self.dearest = max(self.dearest, item[0])
             else:
                 self.judged[victim.job] = (levels, judged)
             allowed.append(victim)
@@ -400,13 +425,42 @@ class _Take:
             _count(levels, taken, judged)
         return True
 
+    def admit(self, taken: dict[tuple[str, int], int], victims: list[Job]) -> bool:
+        """Whether ``victims`` (from ``run(together=False)``) may be taken after those
+        counted in ``taken``, counted in this order; if so they are counted in it. A set
+        allowed so in some order is allowed smallest first (``allows``: each bound is
+        loosest when the largest victim comes last), so this is a quick check before
+        ``allows``; the victims a rule keeps are validated by ``allows`` in any case."""
+        trial = dict(taken)
+        for victim in victims:
+            levels, judged = self.judged[victim.job]
+            if not _within(levels, trial, judged):
+                return False
+            _count(levels, trial, judged)
+        taken.update(trial)
+        return True
+
+    def count(self, taken: dict[tuple[str, int], int], victims: list[Job]) -> None:
+        """Count ``victims`` (from ``run(together=False)``) in ``taken``."""
+        for victim in victims:
+            levels, judged = self.judged[victim.job]
+            _count(levels, taken, judged)
+
+    def tally(self) -> dict[tuple[str, int], int]:
+        """Nothing taken yet, per queue and resource the levels judge."""
+        return {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
+
     def _ordered(
-        self, taken: dict[tuple[str, int], int], zero: dict[tuple[str, int], int]
+        self,
+        taken: dict[tuple[str, int], int],
+        zero: dict[tuple[str, int], int],
+        *,
+        gpus_only: bool = False,
     ) -> Iterator[tuple[VictimItem, list[Level], int]]:
         """(victim, its levels, its queue's reclaim min-runtime) in victim order. A stream
         whose jobs all hold the same GPUs, judged by GPU, is dropped once they hold more
         than their queue may still give (``taken`` only grows, so none of its jobs could
-        be taken any more)."""
+        be taken any more); with ``gpus_only`` one whose jobs hold no GPU is not read."""
         state = self.s.state
         if state.config.victim_order == "kai":
             yield from self._kai_ordered()
@@ -415,6 +469,8 @@ class _Take:
         for leaf, levels in self.levels_of.items():
             floor = min_runtime(state, leaf, "reclaim")
             for same, stream in self.s.victims.streams(leaf):
+                if gpus_only and same is not None and same <= 0:
+                    continue
                 first = next(stream, None)
                 if first is not None:
                     shortcut = -1 if same is None or same <= 0 or 0 not in self.reclaimed else same
@@ -677,8 +733,12 @@ def make_room(
         sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
         must_free,
     )
-    # Sets beyond the victim order are searched only without a lost-work budget (KAI's):
-    # with one, reclaim's bounds are spent cheapest first, so what it evicts stays cheap.
+    # Where reclaim's shared bounds stopped the victim order short and it could not make
+    # room: without a lost-work budget (KAI's) every victim allowed alone is tried in
+    # victim order (with one, reclaim's bounds are spent cheapest first, so what it evicts
+    # stays cheap); then, for a job asking for GPUs, the victims node by node, cheapest
+    # nodes first (``_node_by_node``), so the bounds are spent on whole nodes, each victim
+    # losing no more work than the dearest the victim order counted.
     budgetless = state.config.lost_work_ratio_milli <= 0
     for rule in RULES:
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
@@ -686,8 +746,12 @@ def make_room(
         budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
-        if kept is None and found.wider is not None and found.allows is not None and budgetless:
-            kept = _try_rule(room, found.wider(), budget, found.allows)
+        if kept is None and found.wider is not None and found.allows is not None:
+            wider = found.wider() if budgetless else None
+            if wider is not None:
+                kept = _try_rule(room, wider, budget, found.allows)
+            if kept is None and found.take is not None and job.request[0] > 0:
+                kept = _by_node(room, found, found.take, wider, budget)
         if kept is not None:
             placements, victims = kept
             return placements, [(v, rule.name) for v in victims]
@@ -727,6 +791,117 @@ def _try_rule(
         stmt.rollback(point)  # the start would cost more than the job has waited, or the
         return None  # rule's bounds do not allow these victims together
     return placements, kept
+
+
+CEILING_STOPS = True
+"""Whether reading the victims allowed alone stops at the first one dearer than the
+node-by-node ceiling (``_Take.run``), and the node-by-node choice is skipped when even
+every victim within it could not make room (``_by_node``). Off, every victim is read and
+the nodes ranked anyway: the decisions are the same (``tests/test_node_by_node.py``)."""
+
+
+def _by_node(
+    room: _Room, found: Candidates, take: _Take, wider: list[Job] | None, budget: int
+) -> tuple[list[PodPlacement], list[Job]] | None:
+    """Reclaim's victims node by node (``_node_by_node``), each losing no more work than
+    the dearest victim the victim order counted (``_Take.dearest``) nor than ``budget``:
+    the victims allowed alone within that ceiling (from ``wider`` when it was read whole),
+    tried when together they could make room at all (``_Room.could_fit`` only grows with
+    the victims, and the nodes' victims are among them)."""
+    now = room.state.now
+    ceiling = min(budget, take.dearest)
+    if wider is None:
+        candidates = take.run(together=False, ceiling=ceiling)
+    else:
+        candidates = [v for v in wider if lost_work(v, now)[0] <= ceiling]
+    if CEILING_STOPS and (not candidates or not room.could_fit(candidates)):
+        return None
+    by_node = _node_by_node(room, candidates, ceiling, take)
+    return _try_rule(room, by_node, budget, found.allows)
+
+
+def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) -> list[Job]:
+    """The candidates node by node, for a gang the victim order cannot make room for
+    because reclaim's shared bounds are spent on devices scattered over many nodes
+    before any node is freed (a gang of whole-node pods on a cluster packed pod by pod).
+
+    A node is ranked when the gang may use it (not cordoned nor kept off, a pod's
+    selector matches and its taints are tolerated), it holds GPUs, and every job holding
+    GPUs on it is a candidate losing no more than ``budget`` (``_by_node`` passes the
+    lost-work budget, or the dearest victim the victim order counted if less; every other
+    rule — min-runtime, hysteresis, a queue's bounds alone — was applied to the
+    candidates). Nodes are taken cheapest first: least work lost by the victims not taken
+    yet, then fewest such victims, then by name (a victim spanning nodes makes its other
+    nodes cheaper once taken); a node's victims join only if the bounds allow them
+    together with those before (``_Take.admit``, else ``_Take.allows``). ``_try_rule``
+    then evicts them in this order until the gang fits and keeps only those its
+    placement needs.
+    """
+    now = room.state.now
+    by_id = {v.job: v for v in candidates if budget >= NEVER or lost_work(v, now)[0] <= budget}
+    cost = {job_id: lost_work(v, now)[0] for job_id, v in by_id.items()}
+    blockers = _freeable_nodes(room, by_id)
+    where: dict[str, list[str]] = {}  # job -> the ranked nodes it holds GPUs on
+    for name, job_id in ((n, j) for n, holders in blockers.items() for j in holders):
+        where.setdefault(job_id, []).append(name)
+    taken: dict[str, None] = {}
+    amounts = take.tally()
+    order: list[Job] = []
+
+    def rank(name: str) -> tuple[int, int, str]:
+        left = [j for j in blockers[name] if j not in taken]
+        return sum(cost[j] for j in left), len(left), name
+
+    heap = [rank(name) for name in blockers]
+    heapq.heapify(heap)
+    current = {row[2]: row for row in heap}
+    while heap:
+        row = heapq.heappop(heap)
+        name = row[2]
+        if current.get(name) != row:
+            continue  # a cheaper row of this node came first, or it is done
+        del current[name]
+        new = [by_id[j] for j in blockers[name] if j not in taken]
+        if not new:
+            continue
+        if not take.admit(amounts, new):
+            if not take.allows([*order, *new]):
+                continue
+            take.count(amounts, new)
+        order.extend(new)
+        taken.update(dict.fromkeys(v.job for v in new))
+        for other in dict.fromkeys(n for v in new for n in where[v.job]):
+            if other in current:
+                current[other] = rank(other)
+                heapq.heappush(heap, current[other])
+    return order
+
+
+def _freeable_nodes(room: _Room, takable: dict[str, Job]) -> dict[str, list[str]]:
+    """Node -> the jobs holding GPUs on it (sorted), for each node in name order that the
+    gang may use, holding GPUs, whose every such job is ``takable``."""
+    state = room.state
+    pods = [p for p in room.job.pods if p.gpu_milli > 0] or list(room.job.pods)
+    found: dict[str, list[str]] = {}
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        if node.cordoned or node.gpus <= 0 or (room.allowed is not None and name in room.allowed):
+            continue
+        if node.free_gpu_milli >= node.gpus * 1000:
+            continue  # nothing to free on it
+        if not any(selector_matches(node, p.node_selector) and tolerates(node, p) for p in pods):
+            continue
+        holders = []
+        for job_id in dict.fromkeys(node.pods.values()):
+            job = state.jobs.get(job_id)
+            if job is None or not any(n == name and m > 0 for n, m in room.victims.spots(job)):
+                continue  # holds no GPU here
+            if job_id not in takable:
+                break  # a job the rule may not take holds GPUs here
+            holders.append(job_id)
+        else:
+            found[name] = sorted(holders)
+    return found
 
 
 ONE_INSTEAD_TRIES = 16
