@@ -53,7 +53,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiokafka import ConsumerRebalanceListener, TopicPartition
@@ -129,6 +129,32 @@ class DeadLetter(msgspec.Struct, frozen=True):
 
 _dl_enc = msgspec.msgpack.Encoder()
 _dl_dec = msgspec.msgpack.Decoder(DeadLetter)
+
+
+_T = TypeVar("_T")
+
+FOLD_SLICE_S = 0.05
+"""The longest the catch-up fold holds the event loop before it lets other tasks run."""
+
+
+async def fold_yielding(
+    items: Sequence[_T], feed: Callable[[_T], object], slice_s: float = FOLD_SLICE_S
+) -> Sequence[_T]:
+    """Feed every item, letting the event loop run other tasks at least every
+    ``slice_s`` (checked every 64 items); returns ``items``.
+
+    The catch-up fold re-runs every cycle of the ledger since the snapshot: a fetched
+    batch of a congested ledger takes seconds on a loaded machine. Held that long, the
+    loop could not send the group's heartbeats, the session would expire during the
+    restore, and the domain would pass to the standby, which would restore and lose it
+    the same way."""
+    last = time.monotonic()
+    for i, item in enumerate(items):
+        feed(item)
+        if i & 63 == 63 and time.monotonic() - last >= slice_s:
+            await asyncio.sleep(0)
+            last = time.monotonic()
+    return items
 
 
 def encode_dead_letter(dl: DeadLetter) -> bytes:
@@ -536,8 +562,9 @@ class SchedulerService:
             catch = CatchUp(state)
             end = await end_offset_of(reader, self.ledger_tp)
             async for batch in read_records(reader, self.ledger_tp, ledger_next, end):
-                for m in batch:
-                    catch.feed(m.offset, decode_envelope(m.value, m.offset))
+                for m in await fold_yielding(
+                    batch, lambda m: catch.feed(m.offset, decode_envelope(m.value, m.offset))
+                ):
                     for key, value in m.headers or ():
                         if key == INTAKE_NEXT:
                             intake_next = int(value)
