@@ -9,48 +9,38 @@ import asyncio
 from scheduler.service import fold_yielding
 
 
-def test_a_long_fold_lets_other_tasks_run_between_slices() -> None:
-    seen: list[int] = []  # the other task's count, as each item is folded
+def _fold_beside_a_task(count: int, slice_s: float) -> list[int]:
+    """Fold ``count`` items beside a task that counts its turns on the loop: per item
+    folded, the turns it had had by then."""
+    seen: list[int] = []
 
-    async def main() -> list[int]:
-        ticks = 0
+    async def main() -> None:
+        turns = 0
 
         async def heartbeat() -> None:
-            nonlocal ticks
+            nonlocal turns
             while True:
-                ticks += 1
+                turns += 1
                 await asyncio.sleep(0)
 
         beating = asyncio.create_task(heartbeat())
         await asyncio.sleep(0)  # the task has started
-        items = list(range(640))
-        folded = await fold_yielding(items, lambda _: seen.append(ticks), slice_s=0.0)
+        items = list(range(count))
+        folded = await fold_yielding(items, lambda _: seen.append(turns), slice_s=slice_s)
+        assert folded == items
         beating.cancel()
-        return list(folded)
 
-    assert asyncio.run(main()) == list(range(640))
-    assert len(seen) == 640
+    asyncio.run(main())
+    assert len(seen) == count
+    return seen
+
+
+def test_a_long_fold_lets_other_tasks_run_between_slices() -> None:
+    seen = _fold_beside_a_task(640, slice_s=0.0)
     # The other task ran after every 64 items, and not in between.
     changes = [i for i in range(1, 640) if seen[i] != seen[i - 1]]
     assert changes == list(range(64, 640, 64))
 
 
 def test_a_fold_within_its_slice_does_not_yield() -> None:
-    seen: list[int] = []
-
-    async def main() -> None:
-        ticks = 0
-
-        async def heartbeat() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        beating = asyncio.create_task(heartbeat())
-        await asyncio.sleep(0)
-        await fold_yielding(list(range(300)), lambda _: seen.append(ticks), slice_s=3600)
-        beating.cancel()
-
-    asyncio.run(main())
-    assert len(set(seen)) == 1
+    assert len(set(_fold_beside_a_task(300, slice_s=3600))) == 1
