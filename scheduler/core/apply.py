@@ -77,10 +77,10 @@ def apply(state: State, event: Event, at: int) -> State:
         return state
     state.now = max(state.now, at)
     kind = type(event)
-    if kind not in _QUIET or (isinstance(event, JobSubmitted) and event.job in state.jobs):
-        state.changes_cache += 1
     fold = _FOLDS.get(kind)
     if fold is not None:  # (``tick``, ``pod_bound`` and the like change nothing else)
+        if kind not in _QUIET or (isinstance(event, JobSubmitted) and event.job in state.jobs):
+            state.changes_cache += 1
         fold(state, event, at)
     return state
 
@@ -717,9 +717,10 @@ def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, in
 
 
 _QUIET: frozenset[type[Event]] = frozenset({JobSubmitted, JobUnschedulable, CycleCompleted})
-"""Events that change nothing a reservation is worked out from (``State.changes_cache``):
-a new job's submission only adds to a pending order; a reason and a cycle's end only
-mark jobs and the state. A submission for a job the state holds already is not quiet."""
+"""Folded events that change nothing a reservation is worked out from
+(``State.changes_cache``): a new job's submission only adds to a pending order; a reason
+and a cycle's end only mark jobs and the state. A submission for a job the state holds
+already is not quiet. Events without a fold change nothing but ``now``."""
 
 _FOLDS: dict[type[Event], Callable[[State, Any, int], None]] = {
     JobSubmitted: _job_submitted,

@@ -314,7 +314,8 @@ class State:
     dropped by ``remove_pending``."""
     changes_cache: int = 0
     """Cache: counts the applied events that can change what a reservation is worked out
-    from (every event but a new job's submission, a reason and a cycle's end; ``apply``)."""
+    from (every event ``apply`` folds but a new job's submission, a reason and a cycle's
+    end; ``apply._QUIET``)."""
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""
