@@ -2,7 +2,8 @@
 loop (``allocate.SKIP_HELD``); with the shortcut off each is tried in turn. The two must
 write the very same ledger, and ``admission_held`` must agree with ``admission_reason``.
 So must a cycle that reuses the last cycle's reservations (``backfill.CARRY_PLANS``) and
-one that works each out afresh."""
+one that works each out afresh, and one that moves only the queue placed in within the
+queue order (``allocate.RERANK_MOVED``) and one that ranks every queue again."""
 
 from __future__ import annotations
 
@@ -293,3 +294,61 @@ def test_the_example_carries_reservations_over() -> None:
         backfill_module.reservation_for, backfill_module.reserve_sizes = real  # type: ignore[assignment]
     assert ledgers[0] == ledgers[1]
     assert worked_out[0] < worked_out[1]
+
+
+@contextmanager
+def rerank_moved(on: bool) -> Iterator[None]:
+    was = allocate_module.RERANK_MOVED
+    allocate_module.RERANK_MOVED = on
+    try:
+        yield
+    finally:
+        allocate_module.RERANK_MOVED = was
+
+
+@st.composite
+def many_queues(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """Up to eight queues, some under a department with a limit, many small jobs arriving
+    together: a cycle places many jobs, in one queue after another."""
+    capacity = draw(st.integers(4, 16))
+    names = [f"q{i}" for i in range(draw(st.integers(2, 8)))]
+    queues = [QueueSpec(name="dept", deserved_gpus=capacity // 2, limit_gpus=capacity // 2)]
+    for name in names:
+        parent = draw(st.sampled_from(["", "dept"]))
+        # the department's children deserve no more than it together
+        most = capacity // 2 // len(names) if parent else capacity // 2
+        queues.append(
+            QueueSpec(
+                name=name,
+                parent=parent,
+                deserved_gpus=draw(st.integers(0, most)),
+                limit_gpus=draw(st.one_of(st.none(), st.integers(1, capacity))),
+                over_quota_weight=draw(st.integers(0, 3)),
+                priority=draw(st.integers(0, 2)),
+            )
+        )
+    jobs = [
+        JobSpec(
+            name=f"j{i:03d}",
+            queue=draw(st.sampled_from(names)),
+            at_s=draw(st.sampled_from([0, 0, 0, 60, 600])),
+            runtime_s=draw(st.integers(10, 900)),
+            pods=draw(st.integers(1, 2)),
+            gpus_per_pod=draw(st.sampled_from([0.5, 1, 1, 2])),
+            priority_class=draw(st.sampled_from(CLASSES)),
+        )
+        for i in range(draw(st.integers(5, 40)))
+    ]
+    cluster = ClusterFile(nodes=[NodeGroup(name="g", count=capacity // 4, gpus=4)])
+    return cluster, QueuesFile(queues=queues), WorkloadFile(jobs=jobs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(congested(), many_queues()), BACKFILL_KNOBS)
+def test_moving_only_the_queue_placed_in_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
+    """The queue order kept across placements, only the queue placed in moved, is the order
+    ranked anew (``allocate._rerank``)."""
+    with rerank_moved(True):
+        moved = _ledger(scenario, knobs, on=True)
+    with rerank_moved(False):
+        assert moved == _ledger(scenario, knobs, on=True)

@@ -63,6 +63,11 @@ HELD_BLOCKS = True
 admission holds back each of its jobs (``pendingblocks``); the decisions are the same
 either way (``tests/test_skip_held.py``)."""
 
+RERANK_MOVED = True
+"""Whether, after a placement, the flat queue order moves only the queue placed in
+(``_rerank``) rather than ranking every queue again; the decisions are the same either way
+(``tests/test_skip_held.py``)."""
+
 PROBE = 8
 """Jobs that loop looks at one by one before it turns to the blocks: most walks stop
 within a few jobs, and a block's summary costs its whole block."""
@@ -297,13 +302,20 @@ def _next_queue(s: Session) -> Queue | None:
     Order keys change only when allocations change, so the ranking is redone after each
     placement; in between queues only drop out.
     """
+    if s.moved and s.ranked:
+        _rerank(s)
+    s.moved = ""
     if not s.ranked:
         heads = _heads(s)
         leaves = [q for q in s.leaves if q.name in heads]
         if s.state.config.queue_order == "kai":
             s.ranked = kai_ranked(s.state, leaves, s.shares, heads)
+            s.ranked_keys = []
         else:
-            s.ranked = sorted(leaves, key=lambda q: queue_order(q, s.shares, heads[q.name]))
+            keyed = sorted((queue_order(q, s.shares, heads[q.name]), q) for q in leaves)
+            s.ranked = [q for _, q in keyed]
+            s.ranked_keys = [key for key, _ in keyed]
+        s.ranked_heads = {name: job.job for name, job in heads.items()}
         s.at = 0
     ranked = s.ranked
     while s.at < len(ranked):
@@ -316,6 +328,38 @@ def _next_queue(s: Session) -> Queue | None:
                 return queue
         s.at += 1
     return None
+
+
+def _rerank(s: Session) -> None:
+    """After a placement in ``Session.moved``: the flat order with only that queue moved to
+    its new place, when every other queue is ranked by the same head job as before (its
+    order key depends on nothing else a placement elsewhere changes: its own allocation,
+    its first pending job and the cycle's shares). Otherwise ``ranked`` is emptied, to be
+    ranked anew."""
+    if not s.ranked_keys or not RERANK_MOVED:
+        s.ranked = []  # ``kai``'s order ranks ancestors too: every key may have moved
+        return
+    moved = s.moved
+    heads = _heads(s)
+    before = s.ranked_heads
+    if len(heads) - (moved in heads) != len(before) - (moved in before) or any(
+        name != moved and before.get(name) != job.job for name, job in heads.items()
+    ):
+        s.ranked = []
+        return
+    at = next((i for i, q in enumerate(s.ranked) if q.name == moved), None)
+    if at is not None:
+        del s.ranked[at]
+        del s.ranked_keys[at]
+    head = heads.get(moved)
+    if head is not None:
+        queue = s.state.queues[moved]
+        key = queue_order(queue, s.shares, head)
+        where = bisect_left(s.ranked_keys, key)
+        s.ranked.insert(where, queue)
+        s.ranked_keys.insert(where, key)
+    s.ranked_heads = {name: job.job for name, job in heads.items()}
+    s.at = 0
 
 
 def _heads(s: Session) -> dict[str, Job]:
@@ -409,7 +453,7 @@ def _placed(s: Session, job: Job) -> None:
         row = s.shares.placed.setdefault(q.name, [0, 0, 0])
         for resource, amount in enumerate(held):
             row[resource] += amount
-    s.ranked = []
+    s.moved = job.queue  # its order key changed (``_rerank``)
     s.planned.clear()
     s.free_gpu = None
     s.skipping.clear()

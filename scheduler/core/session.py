@@ -52,8 +52,15 @@ class Session:
     """Jobs that found no room, by shape: free capacity only shrinks between evictions, so
     a job asking no less fails too (cleared when victims are evicted)."""
     ranked: list[Queue] = field(default_factory=list)
-    """The queues in order (``admission.queue_order``); emptied when a placement changes
-    the order keys, and ranked again."""
+    """The queues in order (``admission.queue_order``); emptied when the order keys may all
+    have changed, and ranked again."""
+    ranked_keys: list[tuple[int, int, int, int, int, str]] = field(default_factory=list)
+    """Under the flat order, each ranked queue's order key (empty under ``kai``'s)."""
+    ranked_heads: dict[str, str] = field(default_factory=dict)
+    """The job each ranked queue was ranked by."""
+    moved: str = ""
+    """The leaf a placement moved since the ranking: only its order key changed, unless
+    another queue's head did (``allocate._rerank``)."""
     at: int = 0
     """Position in ``ranked`` of the next queue to try."""
     cursor: dict[str, int] = field(default_factory=dict)
