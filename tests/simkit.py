@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
 from events.memlog import MemoryLedger
 from events.model import PolicyConfigured
 from replay import examples
@@ -24,3 +28,17 @@ def simulate(
     ledger = ListLedger()
     result = Simulation(cluster, queues, workload, policy, ledger, flush_every=1).run()
     return result, ledger
+
+
+@contextmanager
+def switched(module: ModuleType, **values: object) -> Iterator[None]:
+    """The module's switches (``allocate.SKIP_HELD`` and the like: module-level names the
+    code reads at each use) set to ``values`` for the block, and put back after it."""
+    was = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in was.items():
+            setattr(module, name, value)

@@ -6,8 +6,7 @@ ledger."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -25,19 +24,13 @@ from replay.config import (
     policy_event,
 )
 from scheduler.core import victims as victims_module
-from tests.simkit import simulate
+from tests.simkit import simulate, switched
 
 Scenario = tuple[ClusterFile, QueuesFile, WorkloadFile]
 
 
-@contextmanager
-def ceiling_stops(on: bool) -> Iterator[None]:
-    was = victims_module.CEILING_STOPS
-    victims_module.CEILING_STOPS = on
-    try:
-        yield
-    finally:
-        victims_module.CEILING_STOPS = was
+def ceiling_stops(on: bool) -> AbstractContextManager[None]:
+    return switched(victims_module, CEILING_STOPS=on)
 
 
 @st.composite

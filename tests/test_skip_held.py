@@ -8,7 +8,7 @@ queue order (``allocate.RERANK_MOVED``) and one that ranks every queue again."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -30,19 +30,13 @@ from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_held, admission_reason
 from scheduler.core.state import State
-from tests.simkit import simulate
+from tests.simkit import simulate, switched
 
 CLASSES = ["train", "build-preemptible", "build", "inference"]
 
 
-@contextmanager
-def skip_held(on: bool) -> Iterator[None]:
-    was = allocate_module.SKIP_HELD
-    allocate_module.SKIP_HELD = on
-    try:
-        yield
-    finally:
-        allocate_module.SKIP_HELD = was
+def skip_held(on: bool) -> AbstractContextManager[None]:
+    return switched(allocate_module, SKIP_HELD=on)
 
 
 @st.composite
@@ -177,12 +171,11 @@ def test_admission_held_agrees_with_admission_reason(scenario, upto) -> None:  #
 
 @contextmanager
 def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
-    was = allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE
-    allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = on, size, probe
-    try:
+    with (
+        switched(allocate_module, HELD_BLOCKS=on, PROBE=probe),
+        switched(pendingblocks, BLOCK=size),
+    ):
         yield
-    finally:
-        allocate_module.HELD_BLOCKS, pendingblocks.BLOCK, allocate_module.PROBE = was
 
 
 @example(_held_behind_a_limit(), PolicyFile(backfill=True), 2, 0)
@@ -221,14 +214,8 @@ def test_the_example_passes_over_held_blocks() -> None:
     assert any(passed)
 
 
-@contextmanager
-def carry_plans(on: bool) -> Iterator[None]:
-    was = backfill_module.CARRY_PLANS
-    backfill_module.CARRY_PLANS = on
-    try:
-        yield
-    finally:
-        backfill_module.CARRY_PLANS = was
+def carry_plans(on: bool) -> AbstractContextManager[None]:
+    return switched(backfill_module, CARRY_PLANS=on)
 
 
 def _overrunning() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
@@ -296,14 +283,8 @@ def test_the_example_carries_reservations_over() -> None:
     assert worked_out[0] < worked_out[1]
 
 
-@contextmanager
-def rerank_moved(on: bool) -> Iterator[None]:
-    was = allocate_module.RERANK_MOVED
-    allocate_module.RERANK_MOVED = on
-    try:
-        yield
-    finally:
-        allocate_module.RERANK_MOVED = was
+def rerank_moved(on: bool) -> AbstractContextManager[None]:
+    return switched(allocate_module, RERANK_MOVED=on)
 
 
 @st.composite
