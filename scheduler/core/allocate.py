@@ -127,19 +127,16 @@ def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None
         _skipped(s, queue, job)
 
 
-def skip_key(s: Session, job: Job) -> tuple[object, ...] | None:
-    """What decides whether a job behind a blocked head is skipped (``_try_job``), when
-    that is all: its shape (``FailedShapes``: whether the memo rules it out), the nodes it
-    must keep off (``blocked_nodes``: by preemptibility and expected runtime) and its
-    admission (``admission_reason``: by its request and preemptibility, against queue
-    state that only placements change). None: the job is always looked at. Worked out
-    once per pending job (``placement.job_shape``)."""
-    return job_shape(s.state.shape_cache, job).skip
-
-
 def skip_id(state: State, job: Job) -> int:
-    """The job's skip key (``skip_key``) as a number, the same for equal keys (-1: it has
-    none)."""
+    """The job's skip key as a number, the same for equal keys (-1: it has none).
+
+    The skip key (``JobShape.skip``, worked out once per pending job by
+    ``placement.job_shape``) is what decides whether a job behind a blocked head is
+    skipped (``_try_job``), when that is all: its shape (``FailedShapes``: whether the
+    memo rules it out), the nodes it must keep off (``blocked_nodes``: by preemptibility
+    and expected runtime) and its admission (``admission_reason``: by its request and
+    preemptibility, against queue state that only placements change). The walk compares
+    the numbers (``State.skip_ids_cache``), not the nested tuples."""
     shape = state.shape_cache.get(job.job)
     if shape is None or shape.job is not job:
         shape = job_shape(state.shape_cache, job)
@@ -299,8 +296,9 @@ def _next_queue(s: Session) -> Queue | None:
     """The first queue in order that still has a job to try (None: the cycle is done),
     its cursor moved past the jobs it would only skip (``_skip_known``).
 
-    Order keys change only when allocations change, so the ranking is redone after each
-    placement; in between queues only drop out.
+    Order keys change only when allocations change: after a placement the queue placed
+    in moves to its new place, or every queue is ranked again (``_rerank``); in between
+    queues only drop out.
     """
     if s.moved and s.ranked:
         _rerank(s)

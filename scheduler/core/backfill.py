@@ -153,11 +153,7 @@ def keep_plans(s: Session) -> None:
     state = s.state
     index = state.running_index()
     index.advance(state.now)
-    kept = {
-        key: r
-        for key, r in s.planned.items()
-        if r is None or (r.start > state.now and not index.unstarted)
-    }
+    kept = {key: r for key, r in s.planned.items() if r is None or r.start > state.now}
     state.planned_cache = PlannedMemo(state.changes_cache, len(index.overrun), kept)
 
 

@@ -49,7 +49,7 @@ class Summary:
     backoff: int
     """The latest ``backoff_until`` of its jobs."""
     keys: dict[int, tuple[Request, bool]] = field(default_factory=dict)
-    """The skip keys of its jobs (``allocate.skip_key``, by id), each with the request and
+    """The skip keys of its jobs (``allocate.skip_id``), each with the request and
     preemptibility it stands for."""
     unkeyed: list[tuple[Request, bool]] = field(default_factory=list)
     """The requests and preemptibility of its jobs that have no skip key."""

@@ -229,7 +229,7 @@ class JobShape:
     memo: tuple[tuple[object, ...], tuple[int, ...]] | None
     """``placement.FailedShapes.shape`` (None: the memo cannot judge the job)."""
     skip: tuple[object, ...] | None
-    """``memo`` with the request, preemptibility and expected runtime (``allocate.skip_key``)."""
+    """``memo`` with the request, preemptibility and expected runtime (``allocate.skip_id``)."""
     uniform: int
     """The pod size of a plain gang of like pods, all required (``placement.uniform_size``);
     0: not such a gang."""
