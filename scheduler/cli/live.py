@@ -23,6 +23,7 @@ from events.model import Event, Tick
 from scheduler.cli.errors import CliError, kafka_errors
 from scheduler.core.policy import POLICIES
 from scheduler.intake import read_dead_letters, send_events, send_intake
+from scheduler.snapshot import PART_BYTES
 
 
 def _common(p: argparse.ArgumentParser, *, domain: bool = True) -> None:
@@ -151,7 +152,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--snapshot-part-bytes",
         type=int,
-        default=256 * 1024,
+        default=PART_BYTES,
         help="write a larger snapshot as records of at most this many bytes",
     )
     run.add_argument("--session-timeout-ms", type=int, default=3000, help="failover detection time")
