@@ -39,7 +39,7 @@ class ConservationMonitor:
     waiting_ms: int = 0
     """Time with a fitting job waiting and free GPUs (or, for a CPU-only job, free room)."""
     idle_gpu_ms: int = 0
-    """Milli-GPU x ms idle outside reservations while a fitting job waited."""
+    """GPU-ms idle outside reservations while a fitting job waited."""
     held_by_rule_ms: int = 0
     """Part of ``waiting_ms`` where every fitting job was held by its queue's limit or
     quota rule (so the policy's own rules, not its search, left the capacity idle)."""
@@ -71,7 +71,7 @@ class ConservationMonitor:
     @property
     def idle_gpu_hours(self) -> float:
         """``idle_gpu_ms`` in GPU-hours."""
-        return self.idle_gpu_ms / 1000 / 3_600_000
+        return self.idle_gpu_ms / 3_600_000
 
 
 def live_reservations(state: State) -> dict[str, None]:

@@ -82,6 +82,7 @@ def test_the_conservation_monitor_counts_idle_time_only_while_a_fitting_job_wait
     monitor.observe(w.state, 61_000)
     assert monitor.waiting_ms == 60_000
     assert monitor.idle_gpu_ms == 2 * 60_000  # 2 idle GPUs for a minute, in GPU-ms
+    assert monitor.idle_gpu_hours == pytest.approx(2 / 60)  # as compare prints it
     assert monitor.held_by_rule_ms == 0
 
 

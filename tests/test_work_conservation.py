@@ -5,6 +5,7 @@ nodes live reservations hold — however many jobs wait behind blocked queue hea
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,11 +23,13 @@ from replay.config import (
 )
 from replay.conservation import _fitting_job_waits, fitting_jobs, live_reservations
 from replay.sim import Simulation
+from scheduler.core import placement as placement_module
 from scheduler.core.admission import admission_reason
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.state import State
 from tests.builders import job, node, queue
+from tests.simkit import switched
 from tests.test_properties import scenarios
 
 
@@ -91,13 +94,16 @@ def test_no_job_that_may_start_and_fits_is_left_waiting(scenario, knobs) -> None
 
 
 def flood(
-    blocked_heads: int, big_behind: int, small_behind: int
+    blocked_heads: int, big_behind: int, small_behind: int, big_cpu: float = 0
 ) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
     """Two 8-GPU nodes, 4 and 6 of their GPUs busy for an hour. In each of
     ``blocked_heads`` queues an 8-GPU job heads the queue (it reserves a node), then
     ``big_behind`` 8-GPU jobs that cannot fit, then ``small_behind`` 1-GPU jobs that fit
-    the 2 GPUs free outside the reservation."""
-    cluster = ClusterFile(nodes=[NodeGroup(name="n", count=2, gpus=8)])
+    the 2 GPUs free outside the reservation. With ``big_cpu`` the big jobs are gangs of
+    two 4-GPU pods asking that many cores each (as a trace's sweep of identical
+    multi-node jobs with CPU requests), on nodes of 64 cores."""
+    cluster = ClusterFile(nodes=[NodeGroup(name="n", count=2, gpus=8, cpu=64 if big_cpu else 0)])
+    big = {"pods": 2, "gpus_per_pod": 4, "cpu_per_pod": big_cpu} if big_cpu else {"gpus_per_pod": 8}
     names = [f"t{i}" for i in range(blocked_heads)]
     queues = QueuesFile(
         queues=[QueueSpec(name=n, deserved_gpus=16 // blocked_heads) for n in names]
@@ -109,7 +115,7 @@ def flood(
     for n in names:
         jobs.append(JobSpec(name=f"{n}-head", queue=n, at_s=10, runtime_s=600, gpus_per_pod=8))
         jobs += [
-            JobSpec(name=f"{n}-big{k:04d}", queue=n, at_s=20, runtime_s=600, gpus_per_pod=8)
+            JobSpec(name=f"{n}-big{k:04d}", queue=n, at_s=20, runtime_s=600, **big)
             for k in range(big_behind)
         ]
         jobs += [
@@ -120,9 +126,21 @@ def flood(
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(1, 3), st.integers(0, 120), st.integers(0, 12))
-def test_any_flood_behind_blocked_heads_leaves_nothing_that_fits(heads, big, small) -> None:  # type: ignore[no-untyped-def]
-    assert run_checked(*flood(heads, big, small)) > 0
+@given(st.integers(1, 3), st.integers(0, 120), st.integers(0, 12), st.sampled_from([0, 0, 8]))
+def test_any_flood_behind_blocked_heads_leaves_nothing_that_fits(heads, big, small, cpu) -> None:  # type: ignore[no-untyped-def]
+    assert run_checked(*flood(heads, big, small, cpu)) > 0
+
+
+def test_a_sweep_of_identical_gangs_with_cpu_does_not_use_up_the_backfill_tries() -> None:
+    """100 identical 2-pod gangs asking for CPU wait behind a blocked head, then 1-GPU jobs
+    that fit: the sweep is tried once (``FailedShapes`` remembers such gangs exactly), so
+    the small jobs start in the same cycle. Before revision 12 each gang was tried and
+    counted towards ``BACKFILL_TRIES``, and after 64 the queue was done for the cycle
+    with the small jobs left waiting on idle GPUs."""
+    scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8)
+    assert run_checked(*scenario) > 0
+    with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
+        run_checked(*scenario)
 
 
 def test_small_jobs_behind_hundreds_of_blocked_ones_still_fill_the_gap() -> None:

@@ -473,6 +473,29 @@ _ORDERED = (binpack_score, spread_score)
 
 Vector = tuple[int, ...]
 
+EXACT_GANGS = True
+"""Whether ``FailedShapes`` remembers gangs whose fit depends on more than GPU sizes, by
+their exact pods (revision 12). Off, each such gang behind a blocked head is tried and
+counts towards ``BACKFILL_TRIES``, as before."""
+
+
+def _exact_gang(job: Job) -> tuple[tuple[object, ...], Vector]:
+    """``FailedShapes``' kind for a gang whose fit depends on more than its GPUs: it is
+    judged only against gangs exactly like it, placed the same way — its pods in order,
+    and how they pick nodes (the job's placement strategy, else its queue's)."""
+    pods = tuple(
+        (
+            p.gpu_milli,
+            p.cpu_milli,
+            p.memory_mib,
+            p.gpu_memory_mib,
+            tuple(sorted(p.node_selector.items())),
+            p.tolerations,
+        )
+        for p in job.pods
+    )
+    return ("exact", job.queue, job.placement, pods), ()
+
 
 class FailedShapes:
     """Jobs that found no room in a cycle, remembered by what decides their fit, so a job
@@ -481,11 +504,15 @@ class FailedShapes:
     Within a cycle free capacity only shrinks until something is evicted (then
     ``clear``). So a job fails too when one that failed before asked no more of every
     resource, with the same selector and tolerations and kept off the same nodes
-    (``blocked``: a hashable token of the nodes it must avoid). Two kinds of job are
+    (``blocked``: a hashable token of the nodes it must avoid). Three kinds of job are
     remembered: a single pod, by its (GPU, CPU, memory) request; a plain gang asking only
-    for GPUs, by (largest pod, whole gang). Any other job (topology, GPU memory instead of
-    a fraction, a multi-pod gang asking for CPU or memory) is always tried. Per kind only
-    the smallest failures are kept, none covering another.
+    for GPUs, by (largest pod, whole gang); any other gang of required pods without a
+    topology (asking for CPU or memory, with selectors), only against gangs exactly like
+    it in the same queue with the same placement strategy (``EXACT_GANGS``): a sweep of
+    identical gangs behind a blocked head is tried once, not once per gang, so it cannot
+    use up its queue's ``BACKFILL_TRIES`` before a job that fits. Any other job (topology,
+    GPU memory instead of a fraction, elastic gangs) is always tried. Per kind only the
+    smallest failures are kept, none covering another.
 
     A job's shape depends on its pods alone, so it is worked out once per pending job
     (``cache``: ``State.shape_cache``) rather than at every look-up: a congested cycle
@@ -522,7 +549,7 @@ class FailedShapes:
             return None  # elastic: its fit depends on which pods are required
         shape = gang_shape(job, False)
         if shape is None:
-            return None
+            return _exact_gang(job) if EXACT_GANGS else None
         return ("gang",), (shape[0], shape[1])
 
     def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
