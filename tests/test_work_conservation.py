@@ -94,16 +94,21 @@ def test_no_job_that_may_start_and_fits_is_left_waiting(scenario, knobs) -> None
 
 
 def flood(
-    blocked_heads: int, big_behind: int, small_behind: int, big_cpu: float = 0
+    blocked_heads: int,
+    big_behind: int,
+    small_behind: int,
+    big_cpu: float = 0,
+    cpu_step: float = 0,
 ) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
     """Two 8-GPU nodes, 4 and 6 of their GPUs busy for an hour. In each of
     ``blocked_heads`` queues an 8-GPU job heads the queue (it reserves a node), then
     ``big_behind`` 8-GPU jobs that cannot fit, then ``small_behind`` 1-GPU jobs that fit
     the 2 GPUs free outside the reservation. With ``big_cpu`` the big jobs are gangs of
     two 4-GPU pods asking that many cores each (as a trace's sweep of identical
-    multi-node jobs with CPU requests), on nodes of 64 cores."""
+    multi-node jobs with CPU requests), on nodes of 64 cores; with ``cpu_step`` too, the
+    k-th asks ``k * cpu_step`` cores more (each gang a shape of its own)."""
     cluster = ClusterFile(nodes=[NodeGroup(name="n", count=2, gpus=8, cpu=64 if big_cpu else 0)])
-    big = {"pods": 2, "gpus_per_pod": 4, "cpu_per_pod": big_cpu} if big_cpu else {"gpus_per_pod": 8}
+    big = {"pods": 2, "gpus_per_pod": 4} if big_cpu else {"gpus_per_pod": 8}
     names = [f"t{i}" for i in range(blocked_heads)]
     queues = QueuesFile(
         queues=[QueueSpec(name=n, deserved_gpus=16 // blocked_heads) for n in names]
@@ -115,7 +120,14 @@ def flood(
     for n in names:
         jobs.append(JobSpec(name=f"{n}-head", queue=n, at_s=10, runtime_s=600, gpus_per_pod=8))
         jobs += [
-            JobSpec(name=f"{n}-big{k:04d}", queue=n, at_s=20, runtime_s=600, **big)
+            JobSpec(
+                name=f"{n}-big{k:04d}",
+                queue=n,
+                at_s=20,
+                runtime_s=600,
+                cpu_per_pod=big_cpu + k * cpu_step,
+                **big,
+            )
             for k in range(big_behind)
         ]
         jobs += [
@@ -138,6 +150,16 @@ def test_a_sweep_of_identical_gangs_with_cpu_does_not_use_up_the_backfill_tries(
     counted towards ``BACKFILL_TRIES``, and after 64 the queue was done for the cycle
     with the small jobs left waiting on idle GPUs."""
     scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8)
+    assert run_checked(*scenario) > 0
+    with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
+        run_checked(*scenario)
+
+
+def test_a_sweep_of_gangs_asking_ever_more_cpu_does_not_use_up_the_backfill_tries() -> None:
+    """As above, but each gang of the sweep asks for a little more CPU than the one before
+    (as a trace's ``cpu_num`` varies job by job): the first failure rules out every gang
+    of like pods asking no less, so the small jobs still start."""
+    scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8, cpu_step=0.01)
     assert run_checked(*scenario) > 0
     with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
         run_checked(*scenario)

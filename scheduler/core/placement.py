@@ -474,15 +474,35 @@ _ORDERED = (binpack_score, spread_score)
 Vector = tuple[int, ...]
 
 EXACT_GANGS = True
-"""Whether ``FailedShapes`` remembers gangs whose fit depends on more than GPU sizes, by
-their exact pods (revision 12). Off, each such gang behind a blocked head is tried and
+"""Whether ``FailedShapes`` remembers gangs whose fit depends on more than GPU sizes
+(``_gang_kind``; revision 12). Off, each such gang behind a blocked head is tried and
 counts towards ``BACKFILL_TRIES``, as before."""
 
 
-def _exact_gang(job: Job) -> tuple[tuple[object, ...], Vector]:
-    """``FailedShapes``' kind for a gang whose fit depends on more than its GPUs: it is
-    judged only against gangs exactly like it, placed the same way — its pods in order,
-    and how they pick nodes (the job's placement strategy, else its queue's)."""
+def _gang_kind(job: Job) -> tuple[tuple[object, ...], Vector]:
+    """``FailedShapes``' kind and vector for a gang whose fit depends on more than its
+    GPUs (CPU, memory, selectors, tolerations).
+
+    A gang of like pods (``uniform``) fits exactly when the nodes it may use hold its
+    pod count of them: each node holds a number of such pods that neither the other
+    nodes nor the order of placement changes (its whole free devices, its devices'
+    fractions, its cores and memory, each divided by the pod's request). So it is judged
+    by (pods, GPU, CPU, memory) against gangs of like pods with the same selector and
+    tolerations: one asking no less of each fails too, however it is placed. Any other
+    gang is judged only against gangs exactly like it, placed the same way: its pods in
+    order, and how they pick nodes (the job's placement strategy, else its queue's)."""
+    first = job.pods[0]
+    if not first.gpu_memory_mib and all(
+        p.gpu_milli == first.gpu_milli
+        and p.cpu_milli == first.cpu_milli
+        and p.memory_mib == first.memory_mib
+        and not p.gpu_memory_mib
+        and p.node_selector == first.node_selector
+        and p.tolerations == first.tolerations
+        for p in job.pods
+    ):
+        kind = ("uniform", tuple(sorted(first.node_selector.items())), first.tolerations)
+        return kind, (len(job.pods), first.gpu_milli, first.cpu_milli, first.memory_mib)
     pods = tuple(
         (
             p.gpu_milli,
@@ -507,10 +527,11 @@ class FailedShapes:
     (``blocked``: a hashable token of the nodes it must avoid). Three kinds of job are
     remembered: a single pod, by its (GPU, CPU, memory) request; a plain gang asking only
     for GPUs, by (largest pod, whole gang); any other gang of required pods without a
-    topology (asking for CPU or memory, with selectors), only against gangs exactly like
-    it in the same queue with the same placement strategy (``EXACT_GANGS``): a sweep of
-    identical gangs behind a blocked head is tried once, not once per gang, so it cannot
-    use up its queue's ``BACKFILL_TRIES`` before a job that fits. Any other job (topology,
+    topology (asking for CPU or memory, with selectors): a gang of like pods by (pods,
+    GPU, CPU, memory), any other only against gangs exactly like it (``_gang_kind``,
+    ``EXACT_GANGS``). So a sweep of such gangs behind a blocked head is tried once per
+    shape none smaller has failed, not once per gang, and cannot use up its queue's
+    ``BACKFILL_TRIES`` before a job that fits. Any other job (topology,
     GPU memory instead of a fraction, elastic gangs) is always tried. Per kind only the
     smallest failures are kept, none covering another.
 
@@ -549,7 +570,7 @@ class FailedShapes:
             return None  # elastic: its fit depends on which pods are required
         shape = gang_shape(job, False)
         if shape is None:
-            return _exact_gang(job) if EXACT_GANGS else None
+            return _gang_kind(job) if EXACT_GANGS else None
         return ("gang",), (shape[0], shape[1])
 
     def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
