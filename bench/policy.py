@@ -14,8 +14,11 @@ its ledger at (each as wall time and as CPU time, with the load average: the mac
 be shared). Then the same for issue 15's congested run, where the shared trace is
 present: the Alibaba 2023 trace on 0.4 % of its nodes, each QoS class a queue deserving
 its share of the trace's GPU demand (``congested``), compared under the same policies,
-and gpuledger simulated once more without the conservation monitor for its speed.
-Tests never assert on these numbers.
+and gpuledger simulated once more without the conservation monitor for its speed. Then
+``sweeps``: a generated Helios-style trace (``bench.sweeps``: 11 tenants, 5,000 jobs,
+bursts of like jobs, multi-node jobs as gangs asking for CPU) imported as ``--format
+helios`` onto 80 nodes of 8 GPUs, compared the same way. Tests never assert on these
+numbers.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from bench import sweeps as sweep_trace
 from events.filelog import FileLedger, LedgerDirReader
 from replay.compare import (
     compare,
@@ -39,7 +43,7 @@ from replay.compare import (
     summary_table,
     within_share_ratios,
 )
-from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_event
+from replay.config import ClusterFile, NodeGroup, QueuesFile, WorkloadFile, load, policy_event
 from replay.sim import Simulation
 from replay.traces import Mapping, import_nodes, import_trace, shared_alibaba_dir
 from replay.verify import run as verify
@@ -155,13 +159,38 @@ def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
     return {**figures, "nodes": nodes, "gpus": gpus, "sim_s": sim_s, "sim_cpu_s": sim_cpu_s}
 
 
+SWEEPS_NODES = 80
+"""Nodes of 8 GPUs, 96 cores and 768 GiB the ``sweeps`` run has (640 GPUs, the size the
+generated trace's load is paced for)."""
+
+
+def sweeps(out: Path, policies: Sequence[str]) -> dict[str, Any]:
+    """``bench.sweeps``' generated Helios-style trace, imported as a Helios
+    ``cluster_log.csv`` (each tenant a queue deserving its share of the GPU demand), on
+    ``SWEEPS_NODES`` nodes: the policies compared as on the multi-tenant workload."""
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / "sweeps.csv"
+    sweep_trace.write(source, sweep_trace.generate())
+    cluster = ClusterFile(
+        nodes=[NodeGroup(name="gpu", count=SWEEPS_NODES, gpus=8, cpu=96, memory_gib=768)]
+    )
+    gpus = SWEEPS_NODES * 8
+    trace = import_trace("helios", source, Mapping(quota_from="demand"), None, gpus)
+    figures = compared(out / "sweeps", policies, cluster, trace.queues(), trace.workload)
+    print(
+        f"sweeps: generated Helios-style trace, {len(trace.workload.jobs):,} jobs on "
+        f"{SWEEPS_NODES} nodes ({gpus} GPUs)"
+    )
+    return {**figures, "nodes": SWEEPS_NODES, "gpus": gpus}
+
+
 Target = tuple[str, float, float, bool]
 """(figure, value, target, met)."""
 
 
 def targets(figures: dict[str, Any]) -> list[Target]:
     """The issue's goals that this run can judge: on the multi-tenant workload, then on
-    the congested run (``congested ...``)."""
+    the congested run (``congested ...``) and the generated sweeps (``sweeps ...``)."""
     rows = _goals(figures, "")
     mine = figures.get("gpuledger")
     if mine is not None:
@@ -176,6 +205,9 @@ def targets(figures: dict[str, Any]) -> list[Target]:
         cpu = busy["sim_cpu_s"]
         rows.append(("congested sim, CPU s", cpu, 60.0, cpu <= 60.0))
         rows += _verify_goals(busy, "congested ")
+    swept = figures.get("sweeps")
+    if swept is not None:
+        rows += _goals(swept, "sweeps ")
     return rows
 
 
@@ -225,12 +257,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-congested", action="store_true", help="skip the Alibaba trace's congested run"
     )
+    parser.add_argument(
+        "--no-sweeps", action="store_true", help="skip the generated Helios-style trace's run"
+    )
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     figures = measure(Path(args.out), policies)
     if not args.no_congested:
         print()
         figures["congested"] = congested(Path(args.out), policies)
+    if not args.no_sweeps:
+        print()
+        figures["sweeps"] = sweeps(Path(args.out), policies)
     print()
     print(f"{'figure':<32} {'value':>12} {'target':>10}  met")
     for name, value, target, met in targets(figures):
