@@ -211,6 +211,27 @@ def nothing_reclaimable_min_runtime() -> World:
     return w
 
 
+def in_quota_reclaim_short_of_room_under_a_budget() -> World:
+    """Queue a (deserving 12, holding 4) asks for 8 GPUs on one node: within its quota, so
+    its reclaim is not held to the lost-work budget. b (deserving 4) holds n1 with a
+    non-preemptible job and a long-running one: taking the latter leaves 4 GPUs free on
+    each node, not 8 on one."""
+    w = Recording(
+        node("n1"),
+        node("n2"),
+        queue("a", deserved=12),
+        queue("b", deserved=4),
+        lost_work_ratio_milli=100,
+    )
+    w.at(0, job("np", "b", gpus=4, cls="build"), job("old", "b", gpus=4))
+    w.start(1, "np")
+    w.start(1, "old")
+    w.at(2, job("fill", "a", gpus=4))
+    w.start(3, "fill")
+    w.at(1000, job("want", "a", gpus=8))
+    return w
+
+
 def backing_off_after_a_failed_bind() -> World:
     w = Recording(node("n1"), queue("a"), bind_backoff_ms=10_000)
     w.at(0, job("j", "a"))
@@ -324,6 +345,13 @@ CASES = {
         "want",
         "capacity",
         ("cannot reclaim 'b' (8 GPUs within reclaim min-runtime)",),
+    ),
+    "in-quota reclaim short of room, with a lost-work budget": Case(
+        in_quota_reclaim_short_of_room_under_a_budget,
+        "want",
+        "capacity",
+        # not "beyond the lost-work budget": reclaim within quota is not held to it
+        ("cannot reclaim 'b' (4 GPUs non-preemptible, 4 GPUs reclaimable, but not enough",),
     ),
     "backing off after a failed bind": Case(
         backing_off_after_a_failed_bind,

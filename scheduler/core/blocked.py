@@ -43,6 +43,7 @@ from scheduler.core.reasons import (
 from scheduler.core.running import NEVER
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State
 from scheduler.core.victims import (
+    budgeted,
     lost_work_budget,
     min_runtime,
     protected,
@@ -439,7 +440,8 @@ def _protections(s: Session, queue: Queue, job: Job) -> str:
     if job.request[0] <= 0:
         return ""
     holders = _holders(s, queue, job)
-    budget = lost_work_budget(state, job)
+    # as reclaim judges it: a queue within its deserved quota is not held to the budget
+    budget = lost_work_budget(state, job) if budgeted(s, queue, job, "reclaim") else NEVER
     parts: list[str] = []
     for other, kind, _ in holders[:_NAMED]:
         if kind == "in-quota":

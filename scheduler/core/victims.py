@@ -140,7 +140,7 @@ def lost_work_budget(state: State, job: Job) -> int:
     return waited * job.request[0] // 1000 * ratio // 1000
 
 
-def _budgeted(s: Session, queue: Queue, job: Job, rule: str) -> bool:
+def budgeted(s: Session, queue: Queue, job: Job, rule: str) -> bool:
     """Whether ``lost_work_budget`` bounds this eviction: backfill always; reclaim unless
     the job's queue stays within its deserved quota (quota is a guarantee, taken back at
     once, as KAI-Scheduler's); preempt never (strictly higher priority is a promise)."""
@@ -743,7 +743,7 @@ def make_room(
     for rule in RULES:
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
-        budget = lost_work_budget(state, job) if _budgeted(s, queue, job, rule.name) else NEVER
+        budget = lost_work_budget(state, job) if budgeted(s, queue, job, rule.name) else NEVER
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
         if kept is None and found.wider is not None and found.allows is not None:
