@@ -1608,7 +1608,18 @@ _FILLER_RUNS = (  # a preemptible job behind the gang, no runtime, backfilled on
 # BACKFILL_TRIES as docs/policy.md §6 states it (a literal, so that changing the bound in
 # the core fails these cases)
 _TRIES = 64
-_WIDE = [job(f"wide{k}", "big", pods=2, gpus=8, cpu=k + 1) for k in range(_TRIES)]
+
+
+def _wide(k: int) -> JobSubmitted:
+    """A gang of two 8-GPU pods that cannot fit the gap, asking k + 1 millicores and
+    ``_TRIES`` - k MiB a pod: no failure among ``_WIDE`` rules out another (``FailedShapes``
+    judges a gang of like pods by one asking no less of everything), so each is a try."""
+    gang = job(f"wide{k}", "big", pods=2, gpus=8, cpu=k + 1)
+    pods = tuple(msgspec.structs.replace(p, memory_mib=_TRIES - k) for p in gang.pods)
+    return msgspec.structs.replace(gang, pods=pods)
+
+
+_WIDE = [_wide(k) for k in range(_TRIES)]
 
 BACKFILL = [
     case(
@@ -1783,8 +1794,8 @@ BACKFILL = [
         backfill=True,
     ),
     case(
-        # gangs asking for CPU are each tried (no memo judges them): all but one of the
-        # tries fail before the filler
+        # gangs no earlier failure rules out are each tried: all but one of the tries
+        # fail before the filler
         "backfill-tries-up-to-its-bound",
         *_BLOCKED,
         (10, *_WIDE[:-1], job("filler", "big", gpus=8)),
