@@ -492,7 +492,7 @@ def _gang_kind(job: Job) -> tuple[tuple[object, ...], Vector]:
     gang is judged only against gangs exactly like it, placed the same way: its pods in
     order, and how they pick nodes (the job's placement strategy, else its queue's)."""
     first = job.pods[0]
-    if not first.gpu_memory_mib and all(
+    if all(
         p.gpu_milli == first.gpu_milli
         and p.cpu_milli == first.cpu_milli
         and p.memory_mib == first.memory_mib
