@@ -47,13 +47,14 @@ def fragmented(draw: st.DrawFn) -> tuple[State, list[tuple[int, int, int]]]:
     return state, draw(st.lists(pod_request(), max_size=12))
 
 
+def pod(name: str, request: tuple[int, int, int]) -> PodSpec:
+    gpu, cpu, memory = request
+    return PodSpec(name=name, gpu_milli=gpu, cpu_milli=cpu, memory_mib=memory)
+
+
 def gang(name: str, pods: int, request: tuple[int, int, int]) -> object:
     base = job(name, "q", pods=pods)
-    gpu, cpu, memory = request
-    specs = tuple(
-        PodSpec(name=p.name, gpu_milli=gpu, cpu_milli=cpu, memory_mib=memory) for p in base.pods
-    )
-    return msgspec.structs.replace(base, pods=specs)
+    return msgspec.structs.replace(base, pods=tuple(pod(p.name, request) for p in base.pods))
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,26 +89,16 @@ def test_a_gang_of_like_pods_the_memo_rules_out_cannot_fit(  # type: ignore[no-u
     small_job, big_job, other_job = state.jobs["small"], state.jobs["big"], state.jobs["other"]
     memo = FailedShapes()
     with Statement(state.nodes, score=score) as stmt:
-        for i, (gpu, cpu, memory) in enumerate(fillers):
-            stmt.place(
-                f"f{i}",
-                PodSpec(name=f"f{i}", gpu_milli=gpu, cpu_milli=cpu, memory_mib=memory),
-                None,
-            )
+        for i, request_i in enumerate(fillers):
+            stmt.place(f"f{i}", pod(f"f{i}", request_i), None)
         if stmt.place_gang(small_job) is not None:
             return  # nothing failed: nothing to remember
         memo.add(small_job)
         if request[1] or request[2]:
             assert not memo.may_fit(big_job)  # like pods asking for CPU or memory
-        assert stmt.place_gang(big_job) is None
-        if not memo.may_fit(other_job):
-            assert stmt.place_gang(other_job) is None
-        for i, (gpu, cpu, memory) in enumerate(taken_between):
-            stmt.place(
-                f"t{i}",
-                PodSpec(name=f"t{i}", gpu_milli=gpu, cpu_milli=cpu, memory_mib=memory),
-                None,
-            )
-        assert stmt.place_gang(big_job) is None
-        if not memo.may_fit(other_job):
-            assert stmt.place_gang(other_job) is None
+        for taken in (0, len(taken_between)):  # on the same capacity, then on less
+            for i, request_i in enumerate(taken_between[:taken]):
+                stmt.place(f"t{i}", pod(f"t{i}", request_i), None)
+            assert stmt.place_gang(big_job) is None
+            if not memo.may_fit(other_job):
+                assert stmt.place_gang(other_job) is None

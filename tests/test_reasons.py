@@ -183,16 +183,16 @@ def job_behind_a_head_held_by_quota() -> World:
     return w
 
 
-def nothing_reclaimable_non_preemptible() -> World:
+def nothing_reclaimable_non_preemptible(want_at: float = 4, **knobs: object) -> World:
     # b holds 4 non-preemptible (within its quota) and 4 preemptible GPUs on n1, above its
     # fair share; reclaiming the 4 would not give want's single 8-GPU pod one node.
-    w = Recording(node("n1"), node("n2"), queue("a", deserved=12), queue("b", deserved=4))
+    w = Recording(node("n1"), node("n2"), queue("a", deserved=12), queue("b", deserved=4), **knobs)
     w.at(0, job("np", "b", gpus=4, cls="build"), job("p", "b", gpus=4))
     w.start(1, "np")
     w.start(1, "p")
     w.at(2, job("fill", "a", gpus=4))
     w.start(3, "fill")
-    w.at(4, job("want", "a", gpus=8))
+    w.at(want_at, job("want", "a", gpus=8))
     return w
 
 
@@ -212,24 +212,11 @@ def nothing_reclaimable_min_runtime() -> World:
 
 
 def in_quota_reclaim_short_of_room_under_a_budget() -> World:
-    """Queue a (deserving 12, holding 4) asks for 8 GPUs on one node: within its quota, so
-    its reclaim is not held to the lost-work budget. b (deserving 4) holds n1 with a
-    non-preemptible job and a long-running one: taking the latter leaves 4 GPUs free on
-    each node, not 8 on one."""
-    w = Recording(
-        node("n1"),
-        node("n2"),
-        queue("a", deserved=12),
-        queue("b", deserved=4),
-        lost_work_ratio_milli=100,
-    )
-    w.at(0, job("np", "b", gpus=4, cls="build"), job("old", "b", gpus=4))
-    w.start(1, "np")
-    w.start(1, "old")
-    w.at(2, job("fill", "a", gpus=4))
-    w.start(3, "fill")
-    w.at(1000, job("want", "a", gpus=8))
-    return w
+    """As ``nothing_reclaimable_non_preemptible``, with a lost-work budget and b's
+    preemptible job run for 999 s: a (deserving 12, holding 4) asks within its quota, so
+    its reclaim is not held to the budget, and b's job is reclaimable however much it
+    would lose."""
+    return nothing_reclaimable_non_preemptible(want_at=1000, lost_work_ratio_milli=100)
 
 
 def backing_off_after_a_failed_bind() -> World:
