@@ -143,23 +143,15 @@ def test_any_flood_behind_blocked_heads_leaves_nothing_that_fits(heads, big, sma
     assert run_checked(*flood(heads, big, small, cpu)) > 0
 
 
-def test_a_sweep_of_identical_gangs_with_cpu_does_not_use_up_the_backfill_tries() -> None:
-    """100 identical 2-pod gangs asking for CPU wait behind a blocked head, then 1-GPU jobs
-    that fit: the sweep is tried once (``FailedShapes`` remembers such gangs exactly), so
-    the small jobs start in the same cycle. Before revision 12 each gang was tried and
-    counted towards ``BACKFILL_TRIES``, and after 64 the queue was done for the cycle
-    with the small jobs left waiting on idle GPUs."""
-    scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8)
-    assert run_checked(*scenario) > 0
-    with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
-        run_checked(*scenario)
-
-
-def test_a_sweep_of_gangs_asking_ever_more_cpu_does_not_use_up_the_backfill_tries() -> None:
-    """As above, but each gang of the sweep asks for a little more CPU than the one before
-    (as a trace's ``cpu_num`` varies job by job): the first failure rules out every gang
-    of like pods asking no less, so the small jobs still start."""
-    scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8, cpu_step=0.01)
+@pytest.mark.parametrize("cpu_step", [0, 0.01], ids=["identical", "ever-more-cpu"])
+def test_a_sweep_of_gangs_with_cpu_does_not_use_up_the_backfill_tries(cpu_step: float) -> None:
+    """100 2-pod gangs asking for CPU wait behind a blocked head — identical, or each asking
+    a little more CPU than the one before (as a trace's ``cpu_num`` varies job by job) —
+    then 1-GPU jobs that fit: the first failure rules out every gang of like pods asking
+    no less (``FailedShapes``), so the small jobs start in the same cycle. Before revision
+    12 each gang was tried and counted towards ``BACKFILL_TRIES``, and after 64 the queue
+    was done for the cycle with the small jobs left waiting on idle GPUs."""
+    scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8, cpu_step=cpu_step)
     assert run_checked(*scenario) > 0
     with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
         run_checked(*scenario)
