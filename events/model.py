@@ -235,6 +235,12 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     """Preemption that pays for itself: the victims a job evicts by ``reclaim`` or
     ``backfill`` may lose, together, at most this ratio (x1000) of the GPU time the job has
     waited (its GPUs x the time since it was submitted). 0: no bound."""
+    backfill_give_way_ms: int = -1
+    """A job backfilled under a reservation gives way to it only while the work it would
+    lose is younger than this (its lost GPU-ms per GPU it holds: the time since it started,
+    or since its last checkpoint); an older one is waited for, and no more jobs are
+    backfilled onto the reservation's nodes meanwhile (``Reservation.draining``). -1: no
+    such bound (revision 12 and earlier)."""
     reclaim_hysteresis_ms: int = 0
     """A job that started by reclaiming is not reclaimed itself for this long after it was
     placed, so two queues do not take the same GPUs back and forth. 0: no hysteresis."""

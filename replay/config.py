@@ -283,6 +283,10 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Backfill evictions, and reclaim by a queue going beyond its deserved quota, may lose
     at most this ratio of the GPU time the preemptor has waited; 0: no bound
     (docs/policy.md §5)."""
+    backfill_give_way_s: Seconds | None = 1800
+    """A job backfilled under a reservation gives way to it only while it has run (since
+    its last checkpoint) less than this; an older one is waited for and no more jobs are
+    backfilled there meanwhile. null: no bound (core revision 12). docs/policy.md §6."""
     reclaim_hysteresis_s: Seconds = 3600
     """A job that started by reclaiming is not reclaimed back for this long; 0: off."""
     share_rounding: str = "milli"
@@ -330,6 +334,9 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
         bind_backoff_ms=round(k.bind_backoff_s * 1000),
         bind_backoff_max_ms=round(k.bind_backoff_max_s * 1000),
         lost_work_ratio_milli=round(k.lost_work_ratio * 1000),
+        backfill_give_way_ms=(
+            -1 if k.backfill_give_way_s is None else round(k.backfill_give_way_s * 1000)
+        ),
         reclaim_hysteresis_ms=round(k.reclaim_hysteresis_s * 1000),
         share_rounding=k.share_rounding,
         victim_order=k.victim_order,

@@ -88,6 +88,7 @@ SAMPLES: list[Event] = [
         victim_order="kai",
         queue_order="kai",
         reservations=False,
+        backfill_give_way_ms=1_800_000,
     ),
     PodsAllocated(
         job="finetune-42",

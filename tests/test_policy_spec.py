@@ -1605,6 +1605,11 @@ _FILLER_RUNS = (  # a preemptible job behind the gang, no runtime, backfilled on
     (10, job("filler", "big", gpus=8)),
     (11, started("filler")),
 )
+_DRAINING = (  # the filler has run 8 GPUs x 990 s = 2.2 GPU-h
+    "waiting for a reservation of 2 nodes, due now but for the job backfilled onto them "
+    "('filler' of queue 'big'), which would lose 2.2 GPU-h of work if evicted now; it "
+    "starts when that job ends, and no more jobs are backfilled there"
+)
 # BACKFILL_TRIES as docs/policy.md §6 states it (a literal, so that changing the bound in
 # the core fails these cases)
 _TRIES = 64
@@ -1725,6 +1730,70 @@ BACKFILL = [
         then={"preempted": [("filler", "backfill", "gang")], "placed": ["gang"]},
         backfill=True,
         lost_work_ratio_milli=1000,
+    ),
+    case(
+        # within the budget, but the filler has run 990 s, longer than the give-way bound:
+        # it is waited for, and the reservation drains
+        "a-backfilled-job-older-than-the-give-way-bound-stays",
+        *_BLOCKED,
+        *_FILLER_RUNS,
+        (1001, finished("long")),
+        then={"preempted": [], "placed": [], "reasons": {"gang": (_DRAINING, False)}},
+        backfill=True,
+        lost_work_ratio_milli=1000,
+        backfill_give_way_ms=600_000,
+    ),
+    case(
+        "a-backfilled-job-younger-than-the-give-way-bound-gives-way",
+        *_BLOCKED,
+        *_FILLER_RUNS,
+        (1001, finished("long")),
+        then={"preempted": [("filler", "backfill", "gang")], "placed": ["gang"]},
+        backfill=True,
+        lost_work_ratio_milli=1000,
+        backfill_give_way_ms=1_800_000,
+    ),
+    case(
+        # a job that has not started loses nothing: it gives way under any bound
+        "a-backfilled-job-not-started-yet-gives-way-under-a-give-way-bound-of-0",
+        *_BLOCKED,
+        (10, job("filler", "big", gpus=8)),
+        (1001, finished("long")),
+        then={"preempted": [("filler", "backfill", "gang")], "placed": ["gang"]},
+        backfill=True,
+        backfill_give_way_ms=0,
+    ),
+    case(
+        # n1 is free, but the reservation waits only for the filler: a second preemptible
+        # job would have to give way too, so it is kept off the draining reservation's nodes
+        "a-draining-reservation-takes-no-more-backfilled-jobs",
+        *_BLOCKED,
+        *_FILLER_RUNS,
+        (1001, finished("long")),
+        (1002, job("filler2", "big", gpus=8)),
+        then={"placed": []},
+        backfill=True,
+        backfill_give_way_ms=600_000,
+    ),
+    case(
+        # n1 is busy with `long`: the reservation is not due, so a preemptible job may
+        # still fill its gap under the bound
+        "a-preemptible-job-still-backfills-onto-a-reservation-not-due",
+        *_BLOCKED,
+        (10, job("filler", "big", gpus=8)),
+        then={"allocated": {"filler": {"filler-0": "n2"}}},
+        backfill=True,
+        backfill_give_way_ms=600_000,
+    ),
+    case(
+        "a-drained-gang-starts-when-its-backfilled-job-ends",
+        *_BLOCKED,
+        *_FILLER_RUNS,
+        (1001, finished("long")),
+        (1500, finished("filler")),
+        then={"preempted": [], "allocated": {"gang": {"gang-0": "n1", "gang-1": "n2"}}},
+        backfill=True,
+        backfill_give_way_ms=600_000,
     ),
     case(
         # b is within its deserved quota: quota is a guarantee, taken back whatever the

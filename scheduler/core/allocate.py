@@ -536,7 +536,7 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
         state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements = None
-        if allowed is None and s.reserved_nodes:
+        if s.reserved_nodes and (allowed is None or job.preemptible):
             # A job that may use reserved nodes (it gives way when the reservation starts)
             # goes elsewhere if it can: every job backfilled there is work lost later.
             placements = stmt.place_gang(job, skip=s.reserved_nodes)

@@ -4,7 +4,9 @@ A queue's head that cannot start even by making room reserves the nodes it will 
 the earliest time it can, as running jobs end (``reserve``); behind it only placements
 into the gap are tried (``BACKFILL_TRIES``), and a later job may use reserved nodes only
 if it ends before the reservation starts or is preemptible (``blocked_nodes``): it then
-gives way when the reservation starts.
+gives way when the reservation starts, while the work it would lose is young
+(``victims.gives_way``). A reservation due but for older ones drains: it waits for them to
+end and takes no more (``Reservation.draining``).
 """
 
 from __future__ import annotations
@@ -69,13 +71,16 @@ def blocked_nodes(
     """Nodes the job must keep off so as not to delay a reservation (None: none).
 
     A job that ends before a reservation starts, or is preemptible (it will give way when
-    the reservation starts), may use its nodes; any other job keeps off them.
+    the reservation starts), may use its nodes; any other job keeps off them. A draining
+    reservation's nodes (``Reservation.draining``) take no job that would have to give way.
     """
-    if not reservations or job.preemptible:
+    if not reservations:
         return None
     blocked: dict[str, None] = {}
     runtime = job.expected_runtime_ms
     for r in reservations:
+        if job.preemptible and not r.draining:
+            continue  # it gives way
         ends_in_time = runtime is not None and r.start != NEVER and state.now + runtime <= r.start
         if not ends_in_time:
             blocked.update(r.nodes)
@@ -341,6 +346,15 @@ def reservation_for(
             stmt.evict(other)
             free += victims.held_gpu(other)
             given_way[other.job] = None
+        if given_way:
+            point = stmt.checkpoint()
+            placed = stmt.place_gang(job)
+            if placed is not None:
+                # Due now but for jobs backfilled under it that did not give way (older
+                # than ``backfill_give_way_ms``, or beyond the lost-work budget): it starts
+                # when they end, a time not known, and none is backfilled there meanwhile.
+                return Reservation(job.job, NEVER, {p.node: None for p in placed}, draining=True)
+            stmt.rollback(point)
         sizes = {p.gpu_milli for p in job.pods}
         pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
         release = _Release(stmt, given_way, pod_size, free)

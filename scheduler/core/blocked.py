@@ -117,6 +117,8 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
     state = s.state
     nodes = f"waiting for a reservation of {len(r.nodes)} nodes"
     promise = job.promise
+    if r.draining:
+        return Reason(f"{nodes}, {_drained_by(s, job, r)}", RESERVATION)
     if r.start == NEVER:
         moved = ""
         if promise >= 0:
@@ -138,6 +140,28 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
     elif 0 <= promise < r.start:
         text += f"; moved from {seconds(promise)} because {moved_because(s, job, r)}"
     return Reason(text, RESERVATION, r.start)
+
+
+def _drained_by(s: Session, job: Job, r: Reservation) -> str:
+    """What a draining reservation waits for: the jobs backfilled onto its nodes, the work
+    evicting them would lose and what the job may throw away (``Reservation.draining``)."""
+    state = s.state
+    under = [
+        v
+        for v in s.victims.under_of(job.job)
+        if v.status in ACTIVE and any(p.node in r.nodes for p in v.live())
+    ]
+    names = ", ".join(f"'{v.job}' of queue '{v.queue}'" for v in under[:_NAMED])
+    if len(under) > _NAMED:
+        names += f" and {len(under) - _NAMED} more"
+    lost = sum(lost_work(v, state.now)[0] for v in under)
+    one = len(under) == 1
+    return (
+        f"due now but for {'the job' if one else f'the {len(under)} jobs'} backfilled onto "
+        f"them ({names}), which would lose {lost / 3_600_000:.1f} GPU-h of work if evicted "
+        f"now; it starts when {'that job ends' if one else 'they end'}, and no more jobs are "
+        f"backfilled there"
+    )
 
 
 def moved_because(s: Session, job: Job, r: Reservation) -> str:

@@ -239,11 +239,15 @@ class JobShape:
 
 @dataclass(slots=True)
 class Reservation:
-    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on (``backfill``)."""
+    """Nodes held for a blocked job from ``start`` (NEVER: unknown) on (``backfill``).
+    ``draining``: the job could start now but for jobs backfilled under it that do not
+    give way (they would lose more work than it may throw away): it waits for them to
+    end, and no more jobs are backfilled onto its nodes."""
 
     job: str
     start: int
     nodes: dict[str, None]
+    draining: bool = False
 
 
 @dataclass(slots=True)

@@ -2,7 +2,8 @@
 
 ``make_room`` tries the rules of ``RULES`` in order, each a named strategy with the
 victims it may take, cheapest first (least lost work): **backfill** (jobs backfilled
-under the head's own reservation give way), **reclaim** (from other queues above their
+under the head's own reservation give way while the work they would lose is young,
+``gives_way``), **reclaim** (from other queues above their
 fair share or quota, ``reclaim_candidates``) and **preempt** (lower-priority jobs of the
 same queue). A rule evicts the fewest victims that let the gang start, and only if it
 then starts: never in vain. Where reclaim's shared bounds, counted in victim order, are
@@ -192,8 +193,20 @@ class Candidates:
 
 
 def backfilled_under(job: Job, victims: Victims) -> list[Job]:
-    """Jobs backfilled into this job's reservation gap: they give way to it."""
+    """Jobs backfilled into this job's reservation gap, in victim order."""
     return [v for v in victims.under_of(job.job) if v.status in ACTIVE]
+
+
+def gives_way(state: State, victim: Job, victims: Victims) -> bool:
+    """Whether a job backfilled under a reservation gives way to it now: the work it would
+    lose is younger than ``backfill_give_way_ms`` per GPU it holds (a job that has not
+    started, or just checkpointed, loses none)."""
+    limit = state.config.backfill_give_way_ms
+    if limit < 0:
+        return True
+    lost = lost_work(victim, state.now)[0]
+    held = victims.held_gpu(victim)
+    return lost == 0 or (held > 0 and lost * 1000 < limit * held)
 
 
 def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
@@ -603,7 +616,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "backfill",
         lambda _config: True,
-        lambda s, _queue, job: Candidates(backfilled_under(job, s.victims)),
+        lambda s, _queue, job: Candidates(
+            [v for v in backfilled_under(job, s.victims) if gives_way(s.state, v, s.victims)]
+        ),
     ),
     Rule("reclaim", lambda config: config.reclaim, reclaim_candidates),
     Rule("preempt", lambda config: config.preempt, preempt_candidates),
