@@ -1786,6 +1786,18 @@ BACKFILL = [
         backfill_give_way_ms=600_000,
     ),
     case(
+        # without a give-way bound (revision 12) nothing drains: the filler stays, beyond
+        # the budget, and filler2 still fills n1 in the gap
+        "without-a-give-way-bound-a-second-job-backfills-onto-a-due-reservation",
+        *_BLOCKED,
+        *_FILLER_RUNS,
+        (1001, finished("long")),
+        (1002, job("filler2", "big", gpus=8)),
+        then={"allocated": {"filler2": {"filler2-0": "n1"}}},
+        backfill=True,
+        lost_work_ratio_milli=100,
+    ),
+    case(
         "a-drained-gang-starts-when-its-backfilled-job-ends",
         *_BLOCKED,
         *_FILLER_RUNS,

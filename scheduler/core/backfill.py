@@ -346,7 +346,7 @@ def reservation_for(
             stmt.evict(other)
             free += victims.held_gpu(other)
             given_way[other.job] = None
-        if given_way:
+        if given_way and state.config.backfill_give_way_ms >= 0:
             point = stmt.checkpoint()
             placed = stmt.place_gang(job)
             if placed is not None:

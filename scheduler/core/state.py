@@ -241,8 +241,9 @@ class JobShape:
 class Reservation:
     """Nodes held for a blocked job from ``start`` (NEVER: unknown) on (``backfill``).
     ``draining``: the job could start now but for jobs backfilled under it that do not
-    give way (they would lose more work than it may throw away): it waits for them to
-    end, and no more jobs are backfilled onto its nodes."""
+    give way (their work is older than ``backfill_give_way_ms``, or beyond the lost-work
+    budget): it waits for them to end, and no more jobs are backfilled onto its nodes.
+    Only under a give-way bound: without one (-1) nothing drains, as in revision 12."""
 
     job: str
     start: int
