@@ -4,7 +4,8 @@ The ledger interleaves inputs with the decisions of the cycles that followed the
 cycle ends with ``CycleCompleted``. ``Replayer`` folds the inputs through the runtime step
 every runner uses (``Runtime.take``), and where the ledger shows a cycle it runs one
 (``Runtime.run_cycle``) at that cycle's time and compares every produced decision with the
-recorded one, as msgpack envelope bytes. A cycle also updates bookkeeping its decisions do
+recorded one, as msgpack envelope bytes (at the envelope version the ledger was written
+at). A cycle also updates bookkeeping its decisions do
 not carry (fair-share usage, wake-up times, the "fresh" list), so it must be re-run rather
 than its decisions applied.
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.codec import Envelope, UnknownEventType, decode_event, encode, encode_envelope
+import msgspec
+
+from events.codec import Envelope, UnknownEventType, decode_event, encode_envelope, wrap
 from events.model import DECISION_TAGS, Event, PolicyConfigured
 from scheduler.core import REVISION, State
 from scheduler.runtime import Runtime
@@ -96,7 +99,14 @@ class Replayer:
             if env.type == "cycle_completed":
                 self._in_cycle = False
             if offset >= self.compare_from:
-                got_bytes = encode(got, self._produced_at) if got is not None else b""
+                got_bytes = b""
+                if got is not None:
+                    # under the envelope version the ledger was written at: a decision
+                    # an older writer recorded is the same decision
+                    produced = wrap(got, self._produced_at)
+                    if produced.version != env.version:
+                        produced = msgspec.structs.replace(produced, version=env.version)
+                    got_bytes = encode_envelope(produced)
                 if got_bytes != encode_envelope(env):
                     return Divergence(offset, event, got)
             return None

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from events.codec import decode_event, wrap
+from events.codec import SCHEMA_VERSION, decode_event, wrap
 from events.model import JobUnschedulable, PodsAllocated
 from replay.verify import run as replay
 from tests.simkit import demo_inputs, simulate
@@ -74,6 +74,29 @@ def test_a_tampered_decision_is_reported_with_its_offset_and_a_diff() -> None:
     assert result.mismatch.offset == offset
     diff = result.mismatch.diff()
     assert '"node": "elsewhere"' in diff and diff.startswith("--- ledger")
+
+
+def test_a_ledger_written_at_an_older_envelope_version_verifies() -> None:
+    """The envelope version says which schema wrote a record, not what was decided: a
+    ledger from before a field was added to ``policy_configured`` (version 7, before
+    ``backfill_give_way_ms``) reproduces decision for decision; a changed decision in it
+    is still reported."""
+    _, ledger = simulate(*demo_inputs(), "gpuledger")
+    older = SCHEMA_VERSION - 1
+    ledger.records[:] = [msgspec.structs.replace(e, version=older) for e in ledger.records]
+    result = replay(ledger)
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    assert result.decisions > 100
+    offset = next(i for i, env in enumerate(ledger.records) if env.type == "job_unschedulable")
+    original = decode_event(ledger.records[offset])
+    assert isinstance(original, JobUnschedulable)
+    forged = msgspec.structs.replace(original, reason=original.reason + "!")
+    ledger.records[offset] = msgspec.structs.replace(
+        wrap(forged, ledger.records[offset].at), version=older
+    )
+    tampered = replay(ledger)
+    assert not tampered.ok and tampered.mismatch is not None
+    assert tampered.mismatch.offset == offset
 
 
 def test_a_missing_decision_is_a_mismatch() -> None:
