@@ -144,6 +144,27 @@ def gang_with_a_reservation() -> World:
     return w
 
 
+def reservation_draining() -> World:
+    """Two preemptible jobs with no runtime backfilled onto n2 under the gang's reservation
+    have run longer than the give-way bound when n1 frees: the reservation drains. The jobs
+    are named in victim order (least lost work, then the newer first)."""
+    w = Recording(
+        node("n1"),
+        node("n2"),
+        queue("big", deserved=16),
+        backfill=True,
+        backfill_give_way_ms=600_000,
+    )
+    w.at(0, job("long", "big", gpus=8, runtime_s=1000, cls="build"))
+    w.start(1, "long")
+    w.at(2, job("gang", "big", pods=2, gpus=8))
+    for name in ("f1", "f2"):
+        w.at(10, job(name, "big", gpus=4))
+        w.start(11, name)
+    w.finish(1001, "long")
+    return w
+
+
 def reservation_due_while_a_job_overruns() -> World:
     w = gang_with_a_reservation()
     w.at(1500, job("poke", "small", gpus=16))  # any input runs a cycle
@@ -296,6 +317,17 @@ CASES = {
         "gang",
         "reservation",
         ("waiting for a reservation of 2 nodes at t=1001s; smaller jobs backfill the gap",),
+    ),
+    "reservation draining for jobs backfilled onto it": Case(
+        reservation_draining,
+        "gang",
+        "reservation",
+        (
+            "waiting for a reservation of 2 nodes, due now but for the 2 jobs backfilled onto "
+            "them ('f2' of queue 'big', 'f1' of queue 'big'), which would lose 2.2 GPU-h of "
+            "work if evicted now; it starts when they end, and no more jobs are backfilled "
+            "there",
+        ),
     ),
     "reservation due while a job overruns": Case(
         reservation_due_while_a_job_overruns,
