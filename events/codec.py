@@ -55,13 +55,14 @@ _json_event_dec: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 _json_enc = msgspec.json.Encoder()
 
 
-def wrap(event: Event, at: int) -> Envelope:
-    """Put an event in its envelope."""
+def wrap(event: Event, at: int, version: int = SCHEMA_VERSION) -> Envelope:
+    """Put an event in its envelope (of ``version``: this schema's unless said)."""
     return Envelope(
         type=tag_of(type(event)),
         key=event_key(event),
         at=at,
         payload=msgspec.Raw(_env_enc.encode(event)),
+        version=version,
     )
 
 

@@ -5,9 +5,8 @@ cycle ends with ``CycleCompleted``. ``Replayer`` folds the inputs through the ru
 every runner uses (``Runtime.take``), and where the ledger shows a cycle it runs one
 (``Runtime.run_cycle``) at that cycle's time and compares every produced decision with the
 recorded one, as msgpack envelope bytes (at the envelope version the ledger was written
-at). A cycle also updates bookkeeping its decisions do
-not carry (fair-share usage, wake-up times, the "fresh" list), so it must be re-run rather
-than its decisions applied.
+at). A cycle also updates bookkeeping its decisions do not carry (fair-share usage,
+wake-up times, the "fresh" list), so it must be re-run rather than its decisions applied.
 
 It is the one comparator of ``gpuledger replay --verify`` (``replay.verify.run``, from
 offset 0) and of the scheduler's snapshot catch-up (``scheduler.snapshot.CatchUp``, from a
@@ -17,8 +16,6 @@ snapshot's position); each turns a ``Divergence`` into its own report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import msgspec
 
 from events.codec import Envelope, UnknownEventType, decode_event, encode_envelope, wrap
 from events.model import DECISION_TAGS, Event, PolicyConfigured
@@ -99,14 +96,13 @@ class Replayer:
             if env.type == "cycle_completed":
                 self._in_cycle = False
             if offset >= self.compare_from:
-                got_bytes = b""
-                if got is not None:
-                    # under the envelope version the ledger was written at: a decision
-                    # an older writer recorded is the same decision
-                    produced = wrap(got, self._produced_at)
-                    if produced.version != env.version:
-                        produced = msgspec.structs.replace(produced, version=env.version)
-                    got_bytes = encode_envelope(produced)
+                # under the envelope version the ledger was written at: a decision an
+                # older writer recorded is the same decision
+                got_bytes = (
+                    encode_envelope(wrap(got, self._produced_at, env.version))
+                    if got is not None
+                    else b""
+                )
                 if got_bytes != encode_envelope(env):
                     return Divergence(offset, event, got)
             return None

@@ -91,9 +91,7 @@ def test_a_ledger_written_at_an_older_envelope_version_verifies() -> None:
     original = decode_event(ledger.records[offset])
     assert isinstance(original, JobUnschedulable)
     forged = msgspec.structs.replace(original, reason=original.reason + "!")
-    ledger.records[offset] = msgspec.structs.replace(
-        wrap(forged, ledger.records[offset].at), version=older
-    )
+    ledger.records[offset] = wrap(forged, ledger.records[offset].at, older)
     tampered = replay(ledger)
     assert not tampered.ok and tampered.mismatch is not None
     assert tampered.mismatch.offset == offset

@@ -43,6 +43,7 @@ from scheduler.core.reasons import (
 from scheduler.core.running import NEVER
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State
 from scheduler.core.victims import (
+    backfilled_under,
     budgeted,
     lost_work_budget,
     min_runtime,
@@ -143,13 +144,11 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
 
 
 def _drained_by(s: Session, job: Job, r: Reservation) -> str:
-    """What a draining reservation waits for: the jobs backfilled onto its nodes, the work
-    evicting them would lose and what the job may throw away (``Reservation.draining``)."""
+    """What a draining reservation waits for: the jobs backfilled onto its nodes, in victim
+    order, and the work evicting them would lose (``Reservation.draining``)."""
     state = s.state
     under = [
-        v
-        for v in s.victims.under_of(job.job)
-        if v.status in ACTIVE and any(p.node in r.nodes for p in v.live())
+        v for v in backfilled_under(job, s.victims) if any(p.node in r.nodes for p in v.live())
     ]
     names = ", ".join(f"'{v.job}' of queue '{v.queue}'" for v in under[:_NAMED])
     if len(under) > _NAMED:

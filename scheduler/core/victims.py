@@ -204,9 +204,9 @@ def gives_way(state: State, victim: Job, victims: Victims) -> bool:
     limit = state.config.backfill_give_way_ms
     if limit < 0:
         return True
-    lost = lost_work(victim, state.now)[0]
     held = victims.held_gpu(victim)
-    return lost == 0 or (held > 0 and lost * 1000 < limit * held)
+    lost = lost_work(victim, state.now, held)[0]
+    return lost == 0 or lost * 1000 < limit * held
 
 
 def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
