@@ -228,6 +228,7 @@ def _borrow_then_reclaim() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
         stale_gang_eviction=st.booleans(),
         placement=st.sampled_from(["binpack", "spread"]),
         half_life_s=st.sampled_from([0, 600]),
+        backfill_give_way_s=st.sampled_from([None, 0, 1800]),
     ),
 )
 def test_gang_policy_invariants_hold_and_the_ledger_replays(scenario, knobs) -> None:  # type: ignore[no-untyped-def]

@@ -109,6 +109,7 @@ BACKFILL_KNOBS = st.builds(
     reservations=st.booleans(),
     consolidation=st.booleans(),
     placement=st.sampled_from(["binpack", "spread"]),
+    backfill_give_way_s=st.sampled_from([None, 0, 1800]),
 )
 """The gang policy's knobs that change how the walk behind a blocked head goes."""
 

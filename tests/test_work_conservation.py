@@ -87,6 +87,8 @@ def with_estimates(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFi
         queue_order=st.sampled_from(["gpuledger", "kai"]),
         reservations=st.booleans(),
         share_rounding=st.sampled_from(["milli", "whole"]),
+        lost_work_ratio=st.sampled_from([0.0, 0.1]),
+        backfill_give_way_s=st.sampled_from([None, 0, 1800]),
     ),
 )
 def test_no_job_that_may_start_and_fits_is_left_waiting(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
