@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from bench import sweeps as sweep_trace
 from events.filelog import FileLedger, LedgerDirReader
 from replay.compare import (
@@ -48,7 +46,13 @@ from replay.compare import (
 from replay.config import ClusterFile, NodeGroup, QueuesFile, WorkloadFile, load, policy_event
 from replay.inspect import fold
 from replay.sim import Simulation
-from replay.traces import Mapping, import_nodes, import_trace, shared_alibaba_dir
+from replay.traces import (
+    Mapping,
+    import_nodes,
+    import_trace,
+    node_fraction,
+    shared_alibaba_dir,
+)
 from replay.verify import run as verify
 
 HERE = Path(__file__).parent / "multitenant"
@@ -115,22 +119,6 @@ ALIBABA_FRACTION = 0.004
 22 GPUs): thousands of the trace's jobs are then pending at the peak."""
 
 
-def fraction_of(cluster: ClusterFile, fraction: float) -> ClusterFile:
-    """The cluster cut to ``round(nodes x fraction)`` nodes, each group keeping its share:
-    whole nodes first, the rest to the largest remainders (then the earlier group)."""
-    want = [g.count * fraction for g in cluster.nodes]
-    counts = [int(w) for w in want]
-    left = round(sum(g.count for g in cluster.nodes) * fraction) - sum(counts)
-    for i in sorted(range(len(want)), key=lambda i: (counts[i] - want[i], i))[: max(left, 0)]:
-        counts[i] += 1
-    groups = [
-        msgspec.structs.replace(g, count=c)
-        for g, c in zip(cluster.nodes, counts, strict=True)
-        if c > 0
-    ]
-    return msgspec.structs.replace(cluster, nodes=groups)
-
-
 def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
     """The Alibaba 2023 trace on ``ALIBABA_FRACTION`` of its nodes, each QoS class a
     queue deserving its share of the trace's GPU demand (``quota_from: demand``): the
@@ -142,7 +130,7 @@ def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
         print(f"(the Alibaba trace is not at {where}: congested run skipped)")
         return None
     full = import_nodes(where / "openb_node_list_gpu_node.csv")
-    cluster = fraction_of(full, ALIBABA_FRACTION)
+    cluster = node_fraction(full, ALIBABA_FRACTION)
     gpus = sum(g.count * g.gpus for g in cluster.nodes)
     trace = import_trace(
         "alibaba-openb",

@@ -1058,6 +1058,34 @@ def import_nodes(path: str | Path) -> ClusterFile:
     return ClusterFile(nodes=groups)
 
 
+def node_fraction(cluster: ClusterFile, fraction: float) -> ClusterFile:
+    """The cluster cut to ``round(nodes x fraction)`` nodes, each node group keeping its
+    share: whole nodes first, the rest to the largest remainders (then the earlier group);
+    groups left with no node are dropped. To study contention on a trace recorded on a
+    cluster that never ran short (``--node-fraction``)."""
+    total = sum(g.count for g in cluster.nodes)
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"node fraction {fraction:g}: expected a share above 0 and at most 1")
+    share = Fraction(repr(fraction))  # the decimal as written: 0.004 is 4/1000
+    want = [g.count * share for g in cluster.nodes]
+    counts = [int(w) for w in want]
+    keep = round(total * share)
+    if keep < 1:
+        raise ConfigError(
+            f"node fraction {fraction:g} keeps none of the {total:,} nodes "
+            f"({total:,} x {fraction:g} rounds to 0)"
+        )
+    order = sorted(range(len(want)), key=lambda i: (counts[i] - want[i], i))
+    for i in order[: max(keep - sum(counts), 0)]:
+        counts[i] += 1
+    groups = [
+        msgspec.structs.replace(g, count=c)
+        for g, c in zip(cluster.nodes, counts, strict=True)
+        if c > 0
+    ]
+    return msgspec.structs.replace(cluster, nodes=groups)
+
+
 # --------------------------------------------------------------------------- output
 
 

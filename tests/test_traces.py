@@ -11,7 +11,15 @@ import msgspec
 import pytest
 
 from events.memlog import MemoryLedger
-from replay.config import ClusterFile, ConfigError, QueuesFile, WorkloadFile, load, parse
+from replay.config import (
+    ClusterFile,
+    ConfigError,
+    NodeGroup,
+    QueuesFile,
+    WorkloadFile,
+    load,
+    parse,
+)
 from replay.sim import Simulation, expand
 from replay.traces import (
     Columns,
@@ -20,6 +28,7 @@ from replay.traces import (
     import_nodes,
     import_trace,
     load_mapping,
+    node_fraction,
     shared_alibaba_dir,
 )
 from replay.verify import run
@@ -435,3 +444,80 @@ def test_simulate_needs_the_cluster_and_queues(tmp_path: Path) -> None:
     code = main(["trace", "import", "--format", "csv", str(tmp_path / "x.csv"), "--out",
                  str(tmp_path / "w.yaml"), "--simulate", str(tmp_path / "l")])  # fmt: skip
     assert code == 2
+
+
+# --------------------------------------------------------------------------- node fraction
+
+
+def _groups(*counts: int) -> ClusterFile:
+    return ClusterFile(
+        nodes=[NodeGroup(name=f"g{i}", count=c, gpus=8) for i, c in enumerate(counts)]
+    )
+
+
+def test_node_fraction_keeps_each_shape_its_share_by_largest_remainder() -> None:
+    # 25 nodes x 0.2 = 5: whole nodes first (10 -> 2, 9 -> 1.8 -> 1, 6 -> 1.2 -> 1), then
+    # the largest remainder (0.8 of g1).
+    kept = node_fraction(_groups(10, 9, 6), 0.2)
+    assert [(g.name, g.count) for g in kept.nodes] == [("g0", 2), ("g1", 2), ("g2", 1)]
+    # Equal remainders go to the earlier group; a group left with no node is dropped.
+    kept = node_fraction(_groups(1, 1, 1, 1), 0.5)
+    assert [(g.name, g.count) for g in kept.nodes] == [("g0", 1), ("g1", 1)]
+    assert node_fraction(_groups(3, 4), 1.0) == _groups(3, 4)
+
+
+def test_node_fraction_refuses_a_share_that_keeps_nothing_or_is_no_share() -> None:
+    with pytest.raises(ConfigError, match="keeps none of the 7 nodes"):
+        node_fraction(_groups(3, 4), 0.05)
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ConfigError, match="expected a share above 0 and at most 1"):
+            node_fraction(_groups(3, 4), bad)
+
+
+def test_node_fraction_and_quota_from_on_the_command_line(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    rows = [f"n{i},96000,786432,8,A100" for i in range(8)] + [
+        f"m{i},64000,262144,2,T4" for i in range(12)
+    ]
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "\n".join(rows) + "\n")
+    cluster_out = tmp_path / "cluster.yaml"
+    code, _, queues = _import_cli(
+        tmp_path, "--format", "csv", str(DATA / "generic.csv"),
+        "--mapping", str(DATA / "generic-mapping.yaml"),
+        "--nodes", str(nodes), "--cluster-out", str(cluster_out),
+        "--node-fraction", "0.25", "--quota-from", "demand",
+    )  # fmt: skip
+    assert code == 0
+    cluster = load(cluster_out, ClusterFile)
+    assert [(g.gpu_model, g.count) for g in cluster.nodes] == [("A100", 2), ("T4", 3)]
+    # Quotas from demand, in GPUs of the cut cluster (22): by GPU-seconds submitted, so
+    # vision's one short half-GPU job earns it almost nothing, where equal shares give
+    # every queue a third.
+    deserved = {q.name: q.deserved_gpus for q in load(queues, QueuesFile).queues}
+    assert sum(deserved.values()) == pytest.approx(22, abs=0.01)  # type: ignore[arg-type]
+    assert deserved["vision"] is not None and deserved["vision"] < 0.1
+    code, _, queues = _import_cli(
+        tmp_path, "--format", "csv", str(DATA / "generic.csv"),
+        "--mapping", str(DATA / "generic-mapping.yaml"),
+        "--nodes", str(nodes), "--cluster-out", str(cluster_out), "--node-fraction", "0.25",
+    )  # fmt: skip
+    equal = [q.deserved_gpus for q in load(queues, QueuesFile).queues]
+    assert equal == [pytest.approx(22 / 3, abs=0.01)] * 3
+
+
+def test_node_fraction_needs_a_node_list(tmp_path: Path) -> None:
+    code, _, _ = _import_cli(
+        tmp_path, "--format", "csv", str(DATA / "generic.csv"),
+        "--mapping", str(DATA / "generic-mapping.yaml"), "--node-fraction", "0.5",
+    )  # fmt: skip
+    assert code == 2
+
+
+@needs_alibaba
+def test_the_congested_alibaba_cut_is_the_benchmarks(tmp_path: Path) -> None:
+    cluster = node_fraction(import_nodes(NODES), 0.004)
+    assert [(g.gpu_model, g.gpus, g.count) for g in cluster.nodes] == [
+        ("G2", 8, 2),
+        ("T4", 2, 2),
+        ("P100", 2, 1),
+    ]

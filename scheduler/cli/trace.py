@@ -24,6 +24,7 @@ from replay.traces import (
     import_nodes,
     import_trace,
     load_mapping,
+    node_fraction,
     write_atomic,
 )
 from scheduler.cli import replay as replay_cli
@@ -46,8 +47,21 @@ def register(sub: Any) -> None:
     p.add_argument("--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)")
     p.add_argument("--cluster-out", help="cluster.yaml to write from --nodes")
     p.add_argument(
+        "--node-fraction",
+        type=float,
+        metavar="SHARE",
+        help="keep this share of --nodes' nodes, each node shape its share by largest "
+        "remainder (0.004: 5 of the Alibaba 2023 trace's 1,213 nodes), to study contention",
+    )
+    p.add_argument(
         "--queues-out",
         help="queues.yaml to write: one queue per mapped queue (and parent), exact quotas",
+    )
+    p.add_argument(
+        "--quota-from",
+        choices=("equal", "demand"),
+        help="--queues-out: queues share their parent equally, or by the GPU-seconds their "
+        "jobs submitted (the mapping's quota_from)",
     )
     p.add_argument("--limit", type=int, help="keep the first N jobs by submission time")
     p.add_argument("--time-scale", type=float, help="multiply times by this (0.5 = 2x faster)")
@@ -78,6 +92,8 @@ def _import(args: argparse.Namespace) -> int:
     if args.simulate and not (args.nodes and args.queues_out):
         raise CliError("--simulate needs the cluster and the queues: give --nodes, --cluster-out "
                        "and --queues-out")  # fmt: skip
+    if args.node_fraction is not None and args.nodes is None:
+        raise CliError("--node-fraction needs --nodes")
     if args.limit is not None and args.limit < 1:
         raise CliError("--limit must be at least 1")
     if args.time_scale is not None and not args.time_scale > 0:
@@ -87,6 +103,9 @@ def _import(args: argparse.Namespace) -> int:
         mapping = load_mapping(args.mapping)
         mapping = _with_flags(mapping, args)
         cluster = import_nodes(args.nodes) if args.nodes else None
+        listed = sum(g.count for g in cluster.nodes) if cluster is not None else 0
+        if cluster is not None and args.node_fraction is not None:
+            cluster = node_fraction(cluster, args.node_fraction)
         gpus = sum(g.count * g.gpus for g in cluster.nodes) if cluster is not None else None
         result = import_trace(args.format, args.file, mapping, args.limit, gpus or None)
         outputs: list[tuple[Path, bytes]] = [(Path(args.out), encode(result.workload))]
@@ -107,7 +126,8 @@ def _import(args: argparse.Namespace) -> int:
     if cluster is not None:
         nodes = sum(g.count for g in cluster.nodes)
         gpus = sum(g.count * g.gpus for g in cluster.nodes)
-        _say(f"cluster: {nodes:,} nodes in {len(cluster.nodes)} groups, {gpus:,} GPUs")
+        kept = f" ({args.node_fraction:g} of {listed:,})" if args.node_fraction is not None else ""
+        _say(f"cluster: {nodes:,} nodes{kept} in {len(cluster.nodes)} groups, {gpus:,} GPUs")
     _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {elapsed:.2f} s")
     if args.simulate:
         return _simulate_imported(args)
@@ -147,4 +167,6 @@ def _with_flags(mapping: Mapping, args: argparse.Namespace) -> Mapping:
         changes["columns"] = Columns(**fields)
     if args.time_scale is not None:
         changes["time_scale"] = args.time_scale
+    if args.quota_from is not None:
+        changes["quota_from"] = args.quota_from
     return msgspec.structs.replace(mapping, **changes) if changes else mapping
