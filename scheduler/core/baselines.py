@@ -40,15 +40,23 @@ Emit = Callable[[Event], None]
 def fifo(state: State, emit: Emit) -> None:
     """Place pending pods one by one, creation order, least allocated node first."""
     failed: list[tuple[int, int, int]] = []
+    seen: dict[tuple[int, int, int], int] = {}
     for _, _, job_id in list(state.pending):
         job = state.jobs[job_id]
+        todo = [
+            pod
+            for pod in job.pods
+            if pod.name not in job.placements and _may_fit(pod, failed, seen)
+        ]
+        if not todo:
+            continue  # (a statement for no placement at all would only be rolled back)
         placed: list[PodPlacement] = []
         with Statement(
             state.nodes, fractional=False, score=spread_score, index=state.free_index()
         ) as stmt:
-            for pod in job.pods:
-                if pod.name in job.placements or not _may_fit(pod, failed):
-                    continue
+            for pod in todo:
+                if not _may_fit(pod, failed, seen):
+                    continue  # a pod of the same job failed before it, no larger
                 placement = stmt.place(job.job, pod, None)
                 if placement is None:
                     if not pod.node_selector and not pod.tolerations and len(failed) < 16:
@@ -60,14 +68,27 @@ def fifo(state: State, emit: Emit) -> None:
             emit(PodsAllocated(job=job.job, queue=job.queue, placements=tuple(placed)))
 
 
-def _may_fit(pod: PodSpec, failed: list[tuple[int, int, int]]) -> bool:
+def _may_fit(
+    pod: PodSpec, failed: list[tuple[int, int, int]], seen: dict[tuple[int, int, int], int]
+) -> bool:
     """False if a pod no larger than this one already failed this cycle.
 
     Within a cycle free capacity only shrinks, so a pod at least as large in every
-    resource as one that did not fit cannot fit either.
+    resource as one that did not fit cannot fit either. ``failed`` only grows, so per
+    request ``seen`` keeps how many of its entries were checked already (-1: one of them
+    rules it out), and only those added since are checked again.
     """
     gpu = effective_gpu_milli(pod, False)
-    return not any(gpu >= g and pod.cpu_milli >= c and pod.memory_mib >= m for g, c, m in failed)
+    key = (gpu, pod.cpu_milli, pod.memory_mib)
+    checked = seen.get(key, 0)
+    if checked < 0:
+        return False
+    for g, c, m in failed[checked:]:
+        if gpu >= g and key[1] >= c and key[2] >= m:
+            seen[key] = -1
+            return False
+    seen[key] = len(failed)
+    return True
 
 
 def drf(state: State, emit: Emit) -> None:
@@ -103,12 +124,13 @@ def easy(state: State, emit: Emit) -> None:
     failed = FailedShapes(state.shape_cache)
     running = RunningEnds(state)
     jobs = state.jobs
+    reserved_off: tuple[str, ...] = ()  # the reservation's nodes, as the memo's token
     for _, _, job_id in sorted(state.pending, key=_seq):
         job = jobs[job_id]
         if job.placements:
             continue  # a gang part-placed by an earlier cycle is the binder's to finish
         skip = _reserved_for(state, job, reservation)
-        kept_off = tuple(skip) if skip else ()
+        kept_off = reserved_off if skip else ()
         if not failed.may_fit(job, kept_off):
             continue
         with Statement(state.nodes, index=state.free_index()) as stmt:
@@ -122,6 +144,7 @@ def easy(state: State, emit: Emit) -> None:
             state.reserved = (
                 {} if reservation is None else dict.fromkeys(reservation.nodes, reservation.start)
             )
+            reserved_off = tuple(reservation.nodes) if reservation is not None else ()
 
 
 def _seq(entry: tuple[int, int, str]) -> int:

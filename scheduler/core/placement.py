@@ -540,12 +540,15 @@ class FailedShapes:
     looks up every job behind its queue's blocked head.
     """
 
-    __slots__ = ("cache", "failed")
+    __slots__ = ("cache", "failed", "ruled")
 
     def __init__(self, cache: dict[str, JobShape] | None = None) -> None:
         self.failed: dict[object, dict[tuple[object, ...], list[Vector]]] = {}
         """blocked token -> kind -> the smallest request vectors that failed."""
         self.cache: dict[str, JobShape] = {} if cache is None else cache
+        self.ruled: dict[tuple[object, tuple[object, ...], Vector], None] = {}
+        """(blocked, kind, vector) found ruled out: failures only accumulate until
+        ``clear``, so it stays ruled out (a backlog of like jobs is judged once)."""
 
     @staticmethod
     def shape(job: Job) -> tuple[tuple[object, ...], Vector] | None:
@@ -588,12 +591,16 @@ class FailedShapes:
         failed = by_kind.get(found[0])
         if not failed:
             return True
+        key = (blocked, found[0], found[1])
+        if key in self.ruled:
+            return False
         vector = found[1]
         for seen in failed:
             for v, f in zip(vector, seen, strict=True):
                 if v < f:
                     break
             else:
+                self.ruled[key] = None
                 return False
         return True
 
@@ -615,3 +622,4 @@ class FailedShapes:
     def clear(self) -> None:
         """Forget every failure (capacity was freed)."""
         self.failed.clear()
+        self.ruled.clear()
