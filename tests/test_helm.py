@@ -11,6 +11,7 @@ these tests skip, unless GPULEDGER_REQUIRE_HELM is set, when they fail.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import re
@@ -422,6 +423,45 @@ def test_console_with_its_token(helm: Helm, tmp_path: Path) -> None:
     assert port["targetPort"] == "http"
     assert {"name": "http", "containerPort": 8080} in console["ports"]
     assert not by_kind(objects, "NetworkPolicy")
+
+
+def test_console_sql_limits(helm: Helm, tmp_path: Path) -> None:
+    """The console's SQL limits are values of the chart, passed to `serve` in both modes;
+    by default its memory limit stays below the projector's container limit."""
+    defaults = container(
+        deployments(helm.render(tmp_path, CONSOLE_VALUES["console-token"]))["projector"]
+    )
+    args = [str(a) for a in defaults["args"]]
+    check_command("chart (console-token) projector", args)
+    assert arg(args, "--sql-timeout") == "10" and arg(args, "--sql-max-rows") == "10000"
+    assert (
+        arg(args, "--sql-memory") == "512MB" and defaults["resources"]["limits"]["memory"] == "1Gi"
+    )
+    limits = {"timeoutSeconds": 2.5, "maxRows": 500, "maxBytes": 1048576}
+    limits |= {"maxConcurrent": 2, "memoryLimit": "256MiB"}
+    for name in ("console-token", "console-proxy"):
+        values = copy.deepcopy(CONSOLE_VALUES[name])
+        values["projector"]["console"]["sql"] = limits
+        (console,) = [
+            c
+            for c in deployments(helm.render(tmp_path, values))["projector"]["spec"]["template"][
+                "spec"
+            ]["containers"]
+            if c["name"] == "projector"
+        ]
+        args = [str(a) for a in console["args"]]
+        check_command(f"chart ({name}) projector", args)
+        got = {f: arg(args, f) for f in ("--sql-timeout", "--sql-max-rows", "--sql-max-bytes")}
+        assert got == {
+            "--sql-timeout": "2.5",
+            "--sql-max-rows": "500",
+            "--sql-max-bytes": "1048576",
+        }
+        assert arg(args, "--sql-concurrency") == "2" and arg(args, "--sql-memory") == "256MiB"
+    bad = copy.deepcopy(CONSOLE_VALUES["console-token"])
+    bad["projector"]["console"]["sql"] = {"memoryLimit": "lots"}
+    with pytest.raises(AssertionError, match="memoryLimit"):
+        helm.render(tmp_path, bad)
 
 
 def test_console_behind_the_auth_proxy(helm: Helm, tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from starlette.staticfiles import StaticFiles
 from events.ledgertime import format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
+from projections.console.sandbox import SqlGate, SqlLimits, lock_down
 from projections.console.travel import Travel, nodes_of
 from projections.console.whatif import MAX_QUEUES_YAML, WhatIfBusyError, WhatIfRuns
 from projections.projector import connect, project
@@ -72,8 +73,6 @@ DISCOVERY_SUFFIX = ".console.json"
 
 TOKEN_COOKIE = "gpuledger_token"  # noqa: S105  # a cookie name, not a secret
 STATIC = Path(__file__).parent / "static"
-SQL_STATEMENTS = frozenset({"SELECT", "EXPLAIN"})
-"""Statement types the read-only SQL endpoint runs (DuckDB's ``StatementType`` names)."""
 
 
 class ListenError(ValueError):
@@ -124,15 +123,21 @@ class Console:
     interval_s: float = 0.5
     batch_size: int = 50_000
     token: str | None = None
+    sql_limits: SqlLimits = field(default_factory=SqlLimits)
     log: Callable[[str], None] = print
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     """Called by ``stop`` (the what-if runs' clean-up)."""
     next_offset: int = 0
     last_error: str = ""
     runs: int = 0
+    sql: SqlGate = field(init=False)
+    """Runs ``/api/sql`` within ``sql_limits``."""
     _con: duckdb.DuckDBPyConnection | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self.sql = SqlGate(self.sql_limits)
 
     def open(self) -> None:
         """Open (creating and migrating) the projection and bring it up to date once."""
@@ -140,6 +145,13 @@ class Console:
         # same configuration, and DuckDB shares one database instance per process between
         # such connections, so no second process lock is ever needed.
         self._con = connect(self.db_path)
+        try:
+            # Before any request: no SQL of a client reaches the host (projections.console.sandbox).
+            lock_down(self._con, self.sql_limits)
+        except BaseException:
+            self._con.close()
+            self._con = None
+            raise
         self._project_once()
 
     def start(self) -> None:
@@ -148,7 +160,8 @@ class Console:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the what-if runs and the follower, then close the database."""
+        """End the running queries, the what-if runs and the follower, then close the database."""
+        self.sql.interrupt_all()
         for callback in self.on_stop:
             callback()
         self._stop.set()
@@ -401,7 +414,12 @@ def build_app(console: Console) -> Starlette:
             query = str(body["query"])
         except (ValueError, KeyError, TypeError):
             return _error(400, 'expected a JSON body {"query": "SELECT …"}')
-        return await run_in_threadpool(_run_sql, console, query)
+        refused = console.sql.try_enter()
+        if refused is not None:
+            headers = {"Retry-After": "1"} if refused.status == 429 else None
+            return JSONResponse(refused.body, status_code=refused.status, headers=headers)
+        answer = await run_in_threadpool(console.sql.run, console.cursor, query)
+        return _json(answer.body, answer.status)
 
     async def api_events(_request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
@@ -602,38 +620,6 @@ def build_app(console: Console) -> Starlette:
     return Starlette(routes=routes, middleware=middleware)
 
 
-def _run_sql(console: Console, query: str) -> Response:
-    """One read-only statement: only SELECT/EXPLAIN, in a transaction that is rolled back."""
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        return _error(400, f"SQL error: {exc}")
-    if len(statements) != 1:
-        return _error(400, f"expected one SQL statement, got {len(statements)}")
-    kind = statements[0].type.name
-    if kind not in SQL_STATEMENTS:
-        return _error(400, f"the console runs read-only queries (SELECT), not {kind}")
-    con = console.cursor()
-    try:
-        con.execute("BEGIN TRANSACTION")
-        cur = con.execute(query)
-        description = cur.description or []
-        rows = cur.fetchall() if description else []
-        return _json(
-            {
-                "columns": [d[0] for d in description],
-                "types": [str(d[1]) for d in description],
-                "rows": rows,
-            }
-        )
-    except duckdb.Error as exc:
-        return _error(400, f"SQL error: {exc}")
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        con.close()
-
-
 def serve(
     console: Console, host: str, port: int, *, ready: Callable[[str], None] | None = None
 ) -> None:
@@ -645,7 +631,15 @@ def serve(
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1
     )
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Interrupt running queries first, so their requests answer at once and the
+            # graceful shutdown does not wait out a query's time limit.
+            console.sql.interrupt_all()
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     announce = discovery_path(console.db_path)
 
     async def main() -> None:

@@ -78,7 +78,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a read-only SQL query on a projection",
         description="Run one SQL statement against a projection database, read-only. "
         "Tables: events, queues, jobs; views: tenant_percentiles, overall_percentiles. "
-        'Quote the reserved column name: events."offset".',
+        'Quote the reserved column name: events."offset". '
+        "On a file (--db, --parquet) this is a full DuckDB session of your own user: "
+        "read_csv, glob and the rest reach whatever files you can read. Through a console "
+        "(--server, or --db while `serve` owns the file) queries see only the projection, "
+        "within the console's time, row and memory limits (docs/console.md).",
     )
     _add_source(q)
     q.add_argument(
@@ -368,6 +372,11 @@ class _Remote:
             raise CliError(str(exc)) from exc
         self.description = list(zip(answer["columns"], answer["types"], strict=True)) or None
         self._rows = [tuple(r) for r in answer["rows"]]
+        if answer.get("truncated"):
+            sys.stderr.write(
+                f"gpuledger sql: the console answered the first {len(self._rows):,} rows only "
+                f"(its limit of {answer.get('limit', 'rows')}); narrow the query or add LIMIT\n"
+            )
         return self
 
     def fetchall(self) -> list[Any]:

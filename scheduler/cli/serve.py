@@ -48,6 +48,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--interval", type=float, default=0.5, metavar="S", help="seconds between follow runs"
     )
+    limits = s.add_argument_group(
+        "SQL limits",
+        "bounds on /api/sql (and `sql`/`report` through the console), whose queries see "
+        "only the projection: no file, URL, extension or setting (docs/console.md)",
+    )
+    limits.add_argument(
+        "--sql-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="interrupt a query still running after S seconds (default 10)",
+    )
+    limits.add_argument(
+        "--sql-max-rows",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="return at most N rows of an answer, marked truncated (default 10000)",
+    )
+    limits.add_argument(
+        "--sql-max-bytes",
+        type=int,
+        default=32 * 1024 * 1024,
+        metavar="N",
+        help="return at most N bytes of rows (JSON) of an answer, marked truncated "
+        "(default 33554432, 32 MiB)",
+    )
+    limits.add_argument(
+        "--sql-memory",
+        default="1GB",
+        metavar="SIZE",
+        help="DuckDB memory limit of the console's database, e.g. 512MB, 2GB (default 1GB); "
+        "the follower's projection shares it",
+    )
+    limits.add_argument(
+        "--sql-concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="queries running at once; more answer 429 (default 4)",
+    )
     s.set_defaults(func=_serve)
 
 
@@ -68,12 +109,23 @@ def _serve(args: argparse.Namespace) -> int:
         parse_listen,
         serve,
     )
+    from projections.console.sandbox import SqlLimits  # noqa: PLC0415
     from projections.projector import SchemaError  # noqa: PLC0415
 
     try:
         host, port = parse_listen(args.listen)
         check_listen(host, args.token)
     except ListenError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        limits = SqlLimits(
+            timeout_s=args.sql_timeout,
+            max_rows=args.sql_max_rows,
+            max_bytes=args.sql_max_bytes,
+            memory_limit=args.sql_memory,
+            max_concurrent=args.sql_concurrency,
+        )
+    except ValueError as exc:
         raise CliError(str(exc)) from exc
     db = args.db or default_db(args.ledger)
     reader = open_ledger(args.ledger)
@@ -83,7 +135,13 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     console = Console(
-        reader, db, source=args.ledger, interval_s=args.interval, token=args.token, log=log
+        reader,
+        db,
+        source=args.ledger,
+        interval_s=args.interval,
+        token=args.token,
+        sql_limits=limits,
+        log=log,
     )
     try:
         console.open()
