@@ -106,7 +106,7 @@ def fitting_jobs(
         n.free_gpu_milli for n in state.nodes.values() if not n.cordoned and n.name not in skip
     )
     if failed is None:
-        failed = FailedShapes(state.shape_cache)
+        failed = FailedShapes(state.shape_cache, exact_gangs=state.tuning.exact_gangs)
     jobs = state.jobs
     for _, _, job_id in state.pending:
         job = jobs[job_id]
@@ -145,7 +145,7 @@ def _fitting_job_waits(state: State) -> tuple[bool, int, bool]:
     held = _held_by_rule(state)
     if held is None:
         return (next(fitting_jobs(state, skip), None) is not None, idle, False)
-    failed = FailedShapes(state.shape_cache)
+    failed = FailedShapes(state.shape_cache, exact_gangs=state.tuning.exact_gangs)
     kept: list[Job] = []
 
     def free(job: Job) -> bool:

@@ -61,7 +61,9 @@ from replay.config import (
 )
 from scheduler.core.policy import POLICIES
 from scheduler.core.state import ACTIVE, RUNNING, State, ended_attempt
+from scheduler.core.tuning import DEFAULT, Tuning
 from scheduler.engine import Engine
+from scheduler.runtime import Runtime
 
 SECOND = 1000
 
@@ -279,7 +281,10 @@ class Simulation:
         writer: LedgerWriter | None = None,
         *,
         flush_every: int = 8192,
+        tuning: Tuning = DEFAULT,
     ) -> None:
+        """``tuning``: the core's shortcuts and bounds (``scheduler.core.tuning``); tests
+        give others, every recorded run uses ``DEFAULT``."""
         self._setup(
             [(0, e) for e in (*queue_events(queues), *node_events(cluster))],
             expand(workload),
@@ -288,6 +293,7 @@ class Simulation:
             policy=policy,
             writer=writer,
             flush_every=flush_every,
+            tuning=tuning,
         )
 
     @classmethod
@@ -301,6 +307,7 @@ class Simulation:
         policy: str | PolicyConfigured,
         writer: LedgerWriter | None = None,
         flush_every: int = 8192,
+        tuning: Tuning = DEFAULT,
     ) -> Simulation:
         """A simulation of recorded facts: ``world`` holds timed node, queue and cancel
         events (a what-if replays an incident's), ``jobs`` the submissions and runtimes."""
@@ -313,6 +320,7 @@ class Simulation:
             policy=policy,
             writer=writer,
             flush_every=flush_every,
+            tuning=tuning,
         )
         return sim
 
@@ -326,6 +334,7 @@ class Simulation:
         policy: str | PolicyConfigured,
         writer: LedgerWriter | None,
         flush_every: int,
+        tuning: Tuning,
     ) -> None:
         config = policy if isinstance(policy, PolicyConfigured) else policy_event(policy)
         if config.policy not in POLICIES:
@@ -337,7 +346,7 @@ class Simulation:
         self.world = world
         self.jobs = jobs
         self.runtime = {j.submitted.job: j.runtime_ms for j in self.jobs}
-        self.engine = Engine(writer, flush_every=flush_every)
+        self.engine = Engine(writer, flush_every=flush_every, runtime=Runtime(State(tuning=tuning)))
         self.bind_ms = bind_ms
         self.startup_ms = startup_ms
         self._heap: list[tuple[int, int, Event, int]] = []

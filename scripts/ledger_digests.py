@@ -8,6 +8,11 @@ before and after a change and diff the outputs:
     ... change ...
     python scripts/ledger_digests.py | diff before.txt -
 
+``tests/test_ledger_digests.py`` pins the built-in examples' lines (``tests/ledger_digests.txt``):
+a deliberate change of decisions rewrites that file in the same commit
+(``python scripts/ledger_digests.py > tests/ledger_digests.txt``) and adds a row to
+docs/policy.md's revision table.
+
 ``--month`` adds the bench's month-scale workload (10,000 jobs at one tenth of its horizon).
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -38,15 +44,21 @@ def digest(ledger: MemoryLedger) -> str:
     return f"{h.hexdigest()[:16]} {len(ledger.records):>8} records"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--month", action="store_true", help="add the month-scale workload")
-    args = parser.parse_args()
+def example_lines() -> Iterator[str]:
+    """One line per policy and built-in example: what ``tests/ledger_digests.txt`` pins."""
     for policy in POLICIES:
         for name in sorted(EXAMPLES):
             ledger = MemoryLedger()
             simulate(name, policy, ledger)
-            print(f"{policy:10} {name:12} {digest(ledger)}", flush=True)
+            yield f"{policy:10} {name:12} {digest(ledger)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--month", action="store_true", help="add the month-scale workload")
+    args = parser.parse_args()
+    for line in example_lines():
+        print(line, flush=True)
     if args.month:
         from bench.__main__ import MONTH_CLUSTER, MONTH_QUEUES, MONTH_WORKLOAD  # noqa: PLC0415
 

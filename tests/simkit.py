@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import ModuleType
-
 from events.memlog import MemoryLedger
 from events.model import PolicyConfigured
 from replay import examples
 from replay.config import ClusterFile, QueuesFile, WorkloadFile
 from replay.sim import SimResult, Simulation
+from scheduler.core.tuning import DEFAULT, Tuning
 
 ListLedger = MemoryLedger
 
@@ -24,21 +21,9 @@ def simulate(
     queues: QueuesFile,
     workload: WorkloadFile,
     policy: str | PolicyConfigured,
+    tuning: Tuning = DEFAULT,
 ) -> tuple[SimResult, ListLedger]:
+    """The run into memory; ``tuning``: the core's shortcuts and bounds for it."""
     ledger = ListLedger()
-    result = Simulation(cluster, queues, workload, policy, ledger, flush_every=1).run()
-    return result, ledger
-
-
-@contextmanager
-def switched(module: ModuleType, **values: object) -> Iterator[None]:
-    """The module's switches (``allocate.SKIP_HELD`` and the like: module-level names the
-    code reads at each use) set to ``values`` for the block, and put back after it."""
-    was = {name: getattr(module, name) for name in values}
-    for name, value in values.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in was.items():
-            setattr(module, name, value)
+    sim = Simulation(cluster, queues, workload, policy, ledger, flush_every=1, tuning=tuning)
+    return sim.run(), ledger

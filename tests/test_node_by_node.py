@@ -1,12 +1,10 @@
 """Reclaim's node-by-node choice reads the victims allowed alone only up to its ceiling (the
 dearest victim the victim order counted, or the lost-work budget) and is skipped when even
-every victim within it could not make room (``victims.CEILING_STOPS``); with the shortcut
+every victim within it could not make room (``Tuning.ceiling_stops``); with the shortcut
 off every victim is read and the nodes ranked anyway. The two must write the very same
 ledger."""
 
 from __future__ import annotations
-
-from contextlib import AbstractContextManager
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -24,13 +22,10 @@ from replay.config import (
     policy_event,
 )
 from scheduler.core import victims as victims_module
-from tests.simkit import simulate, switched
+from scheduler.core.tuning import Tuning
+from tests.simkit import simulate
 
 Scenario = tuple[ClusterFile, QueuesFile, WorkloadFile]
-
-
-def ceiling_stops(on: bool) -> AbstractContextManager[None]:
-    return switched(victims_module, CEILING_STOPS=on)
 
 
 @st.composite
@@ -128,14 +123,15 @@ KNOBS = st.builds(
 
 def _ledger(scenario: Scenario, knobs: PolicyFile, *, on: bool) -> list[bytes]:
     cluster, queues, workload = scenario
-    with ceiling_stops(on):
-        _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
+    policy = policy_event("gpuledger", knobs)
+    _, ledger = simulate(cluster, queues, workload, policy, Tuning(ceiling_stops=on))
     return [encode_envelope(env) for env in ledger.records]
 
 
-def _preempted(scenario: Scenario) -> list[JobPreempted]:
+def _preempted(scenario: Scenario, tuning: Tuning) -> list[JobPreempted]:
     cluster, queues, workload = scenario
-    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", PolicyFile()))
+    policy = policy_event("gpuledger", PolicyFile())
+    _, ledger = simulate(cluster, queues, workload, policy, tuning)
     events = [decode_event(env) for env in ledger.records]
     return [e for e in events if isinstance(e, JobPreempted)]
 
@@ -170,8 +166,7 @@ def test_the_example_reclaims_a_whole_node_and_the_shortcut_reads_less() -> None
     try:
         for on in (True, False):
             counted.clear()
-            with ceiling_stops(on):
-                preempted = _preempted(_scattered())
+            preempted = _preempted(_scattered(), Tuning(ceiling_stops=on))
             seen.append((counted.get("nodes", 0), counted.get("read", 0), preempted))
     finally:
         victims_module._freeable_nodes = real_nodes  # type: ignore[assignment]

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import pendingblocks
 from scheduler.core.admission import admission_held
 from scheduler.core.pendingblocks import PendingBlocks, minimal
 from scheduler.core.running import NEVER
+from scheduler.core.tuning import DEFAULT
 
 
 @dataclass
@@ -55,7 +55,7 @@ def consistent(blocks: PendingBlocks, pending: list[tuple[int, int, str]]) -> No
     assert lo == len(pending)
 
 
-@pytest.mark.parametrize("size", [1, 2, pendingblocks.BLOCK])
+@pytest.mark.parametrize("size", [1, 2, DEFAULT.block])
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(jobs_st, min_size=0, max_size=30),
@@ -67,12 +67,7 @@ def consistent(blocks: PendingBlocks, pending: list[tuple[int, int, str]]) -> No
 def test_blocks_follow_the_order_and_summaries_hold(  # type: ignore[no-untyped-def]
     size, initial, ops, rooms, limited, now
 ) -> None:
-    was = pendingblocks.BLOCK
-    pendingblocks.BLOCK = size  # small blocks: many cuts and emptied blocks
-    try:
-        _follow(initial, ops, rooms, limited, now)
-    finally:
-        pendingblocks.BLOCK = was
+    _follow(initial, ops, rooms, limited, now, size)  # small blocks: many cuts and emptied blocks
 
 
 GPUS, CPUS, MEMORY = [0, 250, 500, 1000, 2000], [0, 1000, 4000], [0, 4096, 16384]
@@ -94,7 +89,7 @@ SKIP_SETS = [{}, dict.fromkeys(range(0, 90, 3)), dict.fromkeys(range(90))]
 
 
 def _follow(  # type: ignore[no-untyped-def]
-    initial, ops, rooms, limited, now
+    initial, ops, rooms, limited, now, size
 ) -> None:
     skip_sets: list[dict[int, None]] = SKIP_SETS
     jobs: dict[str, FakeJob] = {}
@@ -103,7 +98,7 @@ def _follow(  # type: ignore[no-untyped-def]
         key = (-(seq % 3) * 25, seq, f"j{seq}")
         jobs[key[2]] = job
         insort(pending, key)
-    blocks = PendingBlocks.of(pending)
+    blocks = PendingBlocks.of(pending, size)
     consistent(blocks, pending)
     seq = len(initial)
     for add, pick, job in ops:

@@ -1610,7 +1610,7 @@ _DRAINING = (  # the filler has run 8 GPUs x 990 s = 2.2 GPU-h
     "('filler' of queue 'big'), which would lose 2.2 GPU-h of work if evicted now; it "
     "starts when that job ends, and no more jobs are backfilled there"
 )
-# BACKFILL_TRIES as docs/policy.md §6 states it (a literal, so that changing the bound in
+# Tuning.backfill_tries as docs/policy.md §6 states it (a literal, so that changing the bound in
 # the core fails these cases)
 _TRIES = 64
 

@@ -1,14 +1,11 @@
 """The walk behind a blocked head passes over the jobs admission holds back in one tight
-loop (``allocate.SKIP_HELD``); with the shortcut off each is tried in turn. The two must
+loop (``Tuning.skip_held``); with the shortcut off each is tried in turn. The two must
 write the very same ledger, and ``admission_held`` must agree with ``admission_reason``.
-So must a cycle that reuses the last cycle's reservations (``backfill.CARRY_PLANS``) and
+So must a cycle that reuses the last cycle's reservations (``Tuning.carry_plans``) and
 one that works each out afresh, and one that moves only the queue placed in within the
-queue order (``allocate.RERANK_MOVED``) and one that ranks every queue again."""
+queue order (``Tuning.rerank_moved``) and one that ranks every queue again."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -30,13 +27,10 @@ from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_held, admission_reason
 from scheduler.core.state import State
-from tests.simkit import simulate, switched
+from scheduler.core.tuning import DEFAULT, Tuning
+from tests.simkit import simulate
 
 CLASSES = ["train", "build-preemptible", "build", "inference"]
-
-
-def skip_held(on: bool) -> AbstractContextManager[None]:
-    return switched(allocate_module, SKIP_HELD=on)
 
 
 @st.composite
@@ -115,11 +109,12 @@ BACKFILL_KNOBS = st.builds(
 
 
 def _ledger(
-    scenario: tuple[ClusterFile, QueuesFile, WorkloadFile], knobs: PolicyFile, *, on: bool
+    scenario: tuple[ClusterFile, QueuesFile, WorkloadFile],
+    knobs: PolicyFile,
+    tuning: Tuning = DEFAULT,
 ) -> list[bytes]:
     cluster, queues, workload = scenario
-    with skip_held(on):
-        _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
+    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs), tuning)
     return [encode_envelope(env) for env in ledger.records]
 
 
@@ -130,7 +125,7 @@ def _ledger(
     BACKFILL_KNOBS,
 )
 def test_skipping_held_jobs_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
-    assert _ledger(scenario, knobs, on=True) == _ledger(scenario, knobs, on=False)
+    assert _ledger(scenario, knobs) == _ledger(scenario, knobs, Tuning(skip_held=False))
 
 
 def test_the_example_walks_past_held_jobs() -> None:
@@ -147,7 +142,7 @@ def test_the_example_walks_past_held_jobs() -> None:
     try:
         for on in (True, False):
             asked.append(0)
-            _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), on=on)
+            _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), Tuning(skip_held=on))
     finally:
         allocate_module.admission_reason = real  # type: ignore[assignment]
     assert asked[0] < asked[1]
@@ -170,13 +165,8 @@ def test_admission_held_agrees_with_admission_reason(scenario, upto) -> None:  #
             assert admission_held(room, job.request, job.preemptible) == (reason is not None)
 
 
-@contextmanager
-def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
-    with (
-        switched(allocate_module, HELD_BLOCKS=on, PROBE=probe),
-        switched(pendingblocks, BLOCK=size),
-    ):
-        yield
+def held_blocks(on: bool, size: int, probe: int = 0) -> Tuning:
+    return Tuning(held_blocks=on, block=size, probe=probe)
 
 
 @example(_held_behind_a_limit(), PolicyFile(backfill=True), 2, 0)
@@ -184,16 +174,14 @@ def held_blocks(on: bool, size: int, probe: int = 0) -> Iterator[None]:
 @given(
     congested(),
     BACKFILL_KNOBS,
-    st.sampled_from([1, 2, 3, pendingblocks.BLOCK]),
-    st.sampled_from([0, 1, allocate_module.PROBE]),
+    st.sampled_from([1, 2, 3, DEFAULT.block]),
+    st.sampled_from([0, 1, DEFAULT.probe]),
 )
 def test_passing_over_held_blocks_writes_the_same_ledger(scenario, knobs, size, probe) -> None:  # type: ignore[no-untyped-def]
     """Passing over whole blocks of held jobs (``pendingblocks``) decides as passing over
     them one by one."""
-    with held_blocks(True, size, probe):
-        blocks = _ledger(scenario, knobs, on=True)
-    with held_blocks(False, size):
-        assert blocks == _ledger(scenario, knobs, on=True)
+    blocks = _ledger(scenario, knobs, held_blocks(True, size, probe))
+    assert blocks == _ledger(scenario, knobs, held_blocks(False, size))
 
 
 def test_the_example_passes_over_held_blocks() -> None:
@@ -208,15 +196,10 @@ def test_the_example_passes_over_held_blocks() -> None:
 
     pendingblocks.Summary.all_held = counting  # type: ignore[method-assign]
     try:
-        with held_blocks(True, 2):
-            _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), on=True)
+        _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), held_blocks(True, 2))
     finally:
         pendingblocks.Summary.all_held = real  # type: ignore[method-assign]
     assert any(passed)
-
-
-def carry_plans(on: bool) -> AbstractContextManager[None]:
-    return switched(backfill_module, CARRY_PLANS=on)
 
 
 def _overrunning() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
@@ -242,10 +225,8 @@ def test_carrying_reservations_over_writes_the_same_ledger(scenario, knobs) -> N
     """Reservations reused from the last cycle (``backfill.carried_plans``) are those the
     cycle would work out: overrunning jobs (runtime past the expected one), jobs without
     an expected runtime and submissions between cycles included."""
-    with carry_plans(True):
-        carried = _ledger(scenario, knobs, on=True)
-    with carry_plans(False):
-        assert carried == _ledger(scenario, knobs, on=True)
+    carried = _ledger(scenario, knobs)
+    assert carried == _ledger(scenario, knobs, Tuning(carry_plans=False))
 
 
 def test_the_example_carries_reservations_over() -> None:
@@ -276,16 +257,11 @@ def test_the_example_carries_reservations_over() -> None:
         ledgers = []
         for on in (True, False):
             worked_out.append(0)
-            with carry_plans(on):
-                ledgers.append(_ledger(scenario, PolicyFile(backfill=True), on=True))
+            ledgers.append(_ledger(scenario, PolicyFile(backfill=True), Tuning(carry_plans=on)))
     finally:
         backfill_module.reservation_for, backfill_module.reserve_sizes = real  # type: ignore[assignment]
     assert ledgers[0] == ledgers[1]
     assert worked_out[0] < worked_out[1]
-
-
-def rerank_moved(on: bool) -> AbstractContextManager[None]:
-    return switched(allocate_module, RERANK_MOVED=on)
 
 
 @st.composite
@@ -330,7 +306,5 @@ def many_queues(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFile]
 def test_moving_only_the_queue_placed_in_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
     """The queue order kept across placements, only the queue placed in moved, is the order
     ranked anew (``allocate._rerank``)."""
-    with rerank_moved(True):
-        moved = _ledger(scenario, knobs, on=True)
-    with rerank_moved(False):
-        assert moved == _ledger(scenario, knobs, on=True)
+    moved = _ledger(scenario, knobs)
+    assert moved == _ledger(scenario, knobs, Tuning(rerank_moved=False))

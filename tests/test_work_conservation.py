@@ -23,13 +23,12 @@ from replay.config import (
 )
 from replay.conservation import _fitting_job_waits, fitting_jobs, live_reservations
 from replay.sim import Simulation
-from scheduler.core import placement as placement_module
 from scheduler.core.admission import admission_reason
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.state import State
+from scheduler.core.tuning import DEFAULT, Tuning
 from tests.builders import job, node, queue
-from tests.simkit import switched
 from tests.test_properties import scenarios
 
 
@@ -49,6 +48,7 @@ def run_checked(
     queues: QueuesFile,
     workload: WorkloadFile,
     knobs: PolicyFile | None = None,
+    tuning: Tuning = DEFAULT,
 ) -> int:
     cycles = 0
 
@@ -59,7 +59,9 @@ def run_checked(
         assert not waiting, f"t={now / 1000:.1f}s: {waiting[:5]} fit free capacity but wait"
 
     policy = policy_event("gpuledger", knobs or PolicyFile())
-    Simulation(cluster, queues, workload, policy, MemoryLedger()).run(observe=observe)
+    Simulation(cluster, queues, workload, policy, MemoryLedger(), tuning=tuning).run(
+        observe=observe
+    )
     return cycles
 
 
@@ -151,12 +153,12 @@ def test_a_sweep_of_gangs_with_cpu_does_not_use_up_the_backfill_tries(cpu_step: 
     a little more CPU than the one before (as a trace's ``cpu_num`` varies job by job) —
     then 1-GPU jobs that fit: the first failure rules out every gang of like pods asking
     no less (``FailedShapes``), so the small jobs start in the same cycle. Before revision
-    12 each gang was tried and counted towards ``BACKFILL_TRIES``, and after 64 the queue
+    12 each gang was tried and counted towards ``Tuning.backfill_tries``, and after 64 the queue
     was done for the cycle with the small jobs left waiting on idle GPUs."""
     scenario = flood(blocked_heads=1, big_behind=100, small_behind=4, big_cpu=8, cpu_step=cpu_step)
     assert run_checked(*scenario) > 0
-    with switched(placement_module, EXACT_GANGS=False), pytest.raises(AssertionError, match="fit"):
-        run_checked(*scenario)
+    with pytest.raises(AssertionError, match="fit"):
+        run_checked(*scenario, tuning=Tuning(exact_gangs=False))
 
 
 def test_small_jobs_behind_hundreds_of_blocked_ones_still_fill_the_gap() -> None:
@@ -169,7 +171,7 @@ def test_jobs_held_back_by_quota_do_not_use_up_the_backfill_tries() -> None:
     and the 100 jobs behind it each ask for a GPU beyond that quota (each a different
     request, so no two are passed over as alike), then a CPU-only job comes that the quota
     rule does not hold and 6 idle GPUs' worth of node fits: it starts, although more than
-    ``BACKFILL_TRIES`` jobs stand before it."""
+    ``Tuning.backfill_tries`` jobs stand before it."""
     cluster = ClusterFile(nodes=[NodeGroup(name="n", count=1, gpus=8, cpu=64, memory_gib=256)])
     queues = QueuesFile(
         queues=[QueueSpec(name="ls", deserved_gpus=2), QueueSpec(name="batch", deserved_gpus=6)]

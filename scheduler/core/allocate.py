@@ -53,28 +53,10 @@ from scheduler.core.victims import Victims, make_room, preemption
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
 
-SKIP_HELD = True
-"""Whether the walk behind a blocked head passes over the jobs admission holds back in
-one tight loop (``_skip_known``) rather than trying each in turn; the decisions are the
-same either way (``tests/test_skip_held.py`` compares the two ledgers)."""
-
-HELD_BLOCKS = True
-"""Whether that loop passes over a whole block of the queue's pending order at once where
-admission holds back each of its jobs (``pendingblocks``); the decisions are the same
-either way (``tests/test_skip_held.py``)."""
-
-RERANK_MOVED = True
-"""Whether, after a placement, the flat queue order moves only the queue placed in
-(``_rerank``) rather than ranking every queue again; the decisions are the same either way
-(``tests/test_skip_held.py``)."""
-
-PROBE = 8
-"""Jobs that loop looks at one by one before it turns to the blocks: most walks stop
-within a few jobs, and a block's summary costs its whole block."""
-
 
 def allocate(state: State, emit: Emit) -> None:
     """Start what can start, queue by queue, until every queue is done for the cycle."""
+    tuning = state.tuning
     leaves = [q for q in state.leaf_queues() if q.pending]
     s = Session(
         state,
@@ -84,8 +66,9 @@ def allocate(state: State, emit: Emit) -> None:
         RunningEnds(state),
         leaves,
         {q.name: limited(state, q.name) for q in leaves},
-        failed=FailedShapes(state.shape_cache),
-        planned=carried_plans(state),
+        tuning,
+        failed=FailedShapes(state.shape_cache, exact_gangs=tuning.exact_gangs),
+        planned=carried_plans(state) if tuning.carry_plans else {},
     )
     while (queue := _next_queue(s)) is not None:
         index = s.cursor.get(queue.name, 0)
@@ -139,7 +122,7 @@ def skip_id(state: State, job: Job) -> int:
     the numbers (``State.skip_ids_cache``), not the nested tuples."""
     shape = state.shape_cache.get(job.job)
     if shape is None or shape.job is not job:
-        shape = job_shape(state.shape_cache, job)
+        shape = job_shape(state.shape_cache, job, exact_gangs=state.tuning.exact_gangs)
     found = shape.skip_id
     if found == -2:
         ids = state.skip_ids_cache
@@ -176,7 +159,8 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     pending = queue.pending
     end = len(pending)
     # The first few jobs one by one: a walk that stops among them needs no blocks.
-    probe = min(index + PROBE, end) if SKIP_HELD and HELD_BLOCKS else end
+    tuning = s.tuning
+    probe = min(index + tuning.probe, end) if tuning.skip_held and tuning.held_blocks else end
     at = _skip_jobs(s, queue, index, probe)
     if at == probe < end:
         # A block of the pending order whose every job admission holds back is passed
@@ -220,7 +204,7 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     skipping = s.skipping if queue.name == s.skipping_queue else None
     state = s.state
     cache = state.shape_cache
-    held = SKIP_HELD
+    held = s.tuning.skip_held
     limited = s.limited[queue.name]
     r0, r1, r2, rq = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
     while at < stop:
@@ -284,7 +268,7 @@ def _admission(s: Session, queue: Queue, job: Job) -> Reason | None:
     """``admission_reason`` for the job, worked out once per request and preemptibility in
     the queue until a placement or eviction changes what the queues hold (``_placed``,
     ``_reopen``): it depends on nothing else of the job, and a congested queue asks it of
-    up to ``BACKFILL_TRIES`` jobs behind its blocked head in every cycle."""
+    up to ``Tuning.backfill_tries`` jobs behind its blocked head in every cycle."""
     key = (queue.name, job.request, job.preemptible)
     if key in s.admissions:
         return s.admissions[key]
@@ -320,7 +304,7 @@ def _next_queue(s: Session) -> Queue | None:
         queue = ranked[s.at]
         if queue.name not in s.done:
             index = s.cursor.get(queue.name, 0)
-            if s.skipping or (SKIP_HELD and (s.blocked or s.passed)):
+            if s.skipping or (s.tuning.skip_held and (s.blocked or s.passed)):
                 index = _skip_known(s, queue, index)
             if index < len(queue.pending):
                 return queue
@@ -334,7 +318,7 @@ def _rerank(s: Session) -> None:
     order key depends on nothing else a placement elsewhere changes: its own allocation,
     its first pending job and the cycle's shares). Otherwise ``ranked`` is emptied, to be
     ranked anew."""
-    if not s.ranked_keys or not RERANK_MOVED:
+    if not s.ranked_keys or not s.tuning.rerank_moved:
         s.ranked = []  # ``kai``'s order ranks ancestors too: every key may have moved
         return
     moved = s.moved
@@ -404,7 +388,7 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
         s.passed[queue.name] = None
         at = 1
     # the same jobs either way; ``_skip_known`` passes over whole held blocks
-    at = _skip_known(s, queue, at) if SKIP_HELD else _past_held(s, queue, at)
+    at = _skip_known(s, queue, at) if s.tuning.skip_held else _past_held(s, queue, at)
     s.cursor[queue.name] = at
     return at
 
@@ -412,7 +396,7 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
 def _past_held(s: Session, queue: Queue, at: int) -> int:
     """The index of the queue's first job from ``at`` on that admission does not hold
     back (``admission_held``), or that is backing off (it is told so in its turn). The
-    job-by-job form of what ``_skip_known`` passes over, for ``SKIP_HELD`` off."""
+    job-by-job form of what ``_skip_known`` passes over, for ``Tuning.skip_held`` off."""
     pending = queue.pending
     jobs = s.state.jobs
     now = s.state.now

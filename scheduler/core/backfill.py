@@ -2,7 +2,7 @@
 
 A queue's head that cannot start even by making room reserves the nodes it will get at
 the earliest time it can, as running jobs end (``reserve``); behind it only placements
-into the gap are tried (``BACKFILL_TRIES``), and a later job may use reserved nodes only
+into the gap are tried (``Tuning.backfill_tries``), and a later job may use reserved nodes only
 if it ends before the reservation starts or is preemptible (``blocked_nodes``): it then
 gives way when the reservation starts, while the work it would lose is young
 (``victims.gives_way``). A reservation due but for older ones drains: it waits for them to
@@ -27,16 +27,6 @@ if TYPE_CHECKING:
     from scheduler.core.session import Session
 
 
-CARRY_PLANS = True
-"""Whether a cycle reuses the reservations the last one worked out where nothing they rest
-on changed (``carried_plans``); the decisions are the same either way
-(``tests/test_skip_held.py`` compares the two ledgers)."""
-
-BACKFILL_TRIES = 64
-"""Failed backfill attempts per queue and cycle before the queue stops looking further
-(as Slurm's bf_max_job_test): keeps a cycle bounded with thousands of pending jobs."""
-
-
 @dataclass(slots=True)
 class RunningEnds:
     """Expected ends of the running jobs, for reservations: read from the state's running
@@ -55,13 +45,13 @@ class RunningEnds:
 
 def missed(s: Session, queue: Queue, job: Job) -> None:
     """A job behind the queue's blocked head was tried in the gap and found no room, and
-    says so: after ``BACKFILL_TRIES`` of them the queue is done for the cycle."""
+    says so: after ``Tuning.backfill_tries`` of them the queue is done for the cycle."""
     if queue.name in s.blocked:
         head = s.heads[queue.name]
         reserved = any(r.job == head for r in s.reservations)
         note_reason(job, behind_reason(queue, head, reserved), s.emit)
     s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
-    if s.misses[queue.name] >= BACKFILL_TRIES:
+    if s.misses[queue.name] >= s.tuning.backfill_tries:
         s.done[queue.name] = None
 
 
@@ -144,7 +134,7 @@ def carried_plans(state: State) -> dict[tuple[object, ...], Reservation | None]:
     are not kept). Then the running jobs are released in the same order and every
     reservation comes out the same."""
     memo = state.planned_cache
-    if not CARRY_PLANS or memo is None or memo.changes != state.changes_cache or not memo.planned:
+    if memo is None or memo.changes != state.changes_cache or not memo.planned:
         return {}
     index = state.running_index()
     index.advance(state.now)
@@ -190,7 +180,7 @@ def uniform_gangs(state: State, size: int) -> dict[int, Job]:
             job = jobs[job_id]
             shape = cache.get(job_id)
             if shape is None or shape.job is not job:
-                shape = job_shape(cache, job)
+                shape = job_shape(cache, job, exact_gangs=state.tuning.exact_gangs)
             if shape.uniform == size and not job.placements and len(job.pods) not in found:
                 found[len(job.pods)] = job
     return found

@@ -121,7 +121,7 @@ def drf(state: State, emit: Emit) -> None:
 def easy(state: State, emit: Emit) -> None:
     """Submission order; one reservation for the first job that does not fit; backfill."""
     reservation: Reservation | None = None
-    failed = FailedShapes(state.shape_cache)
+    failed = FailedShapes(state.shape_cache, exact_gangs=state.tuning.exact_gangs)
     running = RunningEnds(state)
     jobs = state.jobs
     reserved_off: tuple[str, ...] = ()  # the reservation's nodes, as the memo's token

@@ -33,10 +33,6 @@ Key = tuple[int, int, str]
 
 Request = tuple[int, int, int]
 
-BLOCK = 32
-"""Jobs per block as the blocks are first cut; a block that grows past twice this is cut
-in two."""
-
 
 @dataclass(slots=True)
 class Summary:
@@ -152,13 +148,17 @@ class PendingBlocks:
     """How many pending keys each block holds (none is empty)."""
     summaries: list[Summary | None] = field(default_factory=list)
     """Each block's summary (None: to be worked out)."""
+    size: int = 32
+    """Jobs per block as the blocks are first cut (``Tuning.block``); a block that grows
+    past twice this is cut in two."""
 
     @classmethod
-    def of(cls, pending: list[Key]) -> PendingBlocks:
-        """The blocks of a queue's pending order, summaries to be worked out."""
-        starts = pending[::BLOCK]
-        counts = [min(BLOCK, len(pending) - i) for i in range(0, len(pending), BLOCK)]
-        return cls(starts, counts, [None] * len(starts))
+    def of(cls, pending: list[Key], size: int) -> PendingBlocks:
+        """The blocks of a queue's pending order, ``size`` jobs each, summaries to be
+        worked out."""
+        starts = pending[::size]
+        counts = [min(size, len(pending) - i) for i in range(0, len(pending), size)]
+        return cls(starts, counts, [None] * len(starts), size)
 
     def added(self, pending: list[Key], key: Key) -> None:
         """``key`` was put into ``pending`` (which holds it now)."""
@@ -175,7 +175,7 @@ class PendingBlocks:
         self.counts[b] += 1
         self.summaries[b] = None
         count = self.counts[b]
-        if count > 2 * BLOCK:
+        if count > 2 * self.size:
             lo = bisect_left(pending, starts[b])
             half = count // 2
             starts.insert(b + 1, pending[lo + half])

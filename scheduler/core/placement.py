@@ -153,12 +153,13 @@ def uniform_size(job: Job) -> int | None:
     return size
 
 
-def job_shape(cache: dict[str, JobShape], job: Job) -> JobShape:
-    """The job's ``JobShape``, from ``cache`` (``State.shape_cache``) or worked out there."""
+def job_shape(cache: dict[str, JobShape], job: Job, *, exact_gangs: bool = True) -> JobShape:
+    """The job's ``JobShape``, from ``cache`` (``State.shape_cache``) or worked out there
+    (``exact_gangs``: ``Tuning.exact_gangs``, the same for every call on one cache)."""
     hit = cache.get(job.job)
     if hit is not None and hit.job is job:
         return hit
-    memo = FailedShapes.shape(job)
+    memo = FailedShapes.shape(job, exact_gangs=exact_gangs)
     skip = None if memo is None else (memo, job.request, job.preemptible, job.expected_runtime_ms)
     uniform = (uniform_size(job) or 0) if gang_shape(job, False) is not None else 0
     found = cache[job.job] = JobShape(job, memo, skip, uniform)
@@ -473,11 +474,6 @@ _ORDERED = (binpack_score, spread_score)
 
 Vector = tuple[int, ...]
 
-EXACT_GANGS = True
-"""Whether ``FailedShapes`` remembers gangs whose fit depends on more than GPU sizes
-(``_gang_kind``; revision 12). Off, each such gang behind a blocked head is tried and
-counts towards ``BACKFILL_TRIES``, as before."""
-
 
 def _gang_kind(job: Job) -> tuple[tuple[object, ...], Vector]:
     """``FailedShapes``' kind and vector for a gang whose fit depends on more than its
@@ -529,9 +525,9 @@ class FailedShapes:
     for GPUs, by (largest pod, whole gang); any other gang of required pods without a
     topology (asking for CPU or memory, with selectors): a gang of like pods by (pods,
     GPU, CPU, memory), any other only against gangs exactly like it (``_gang_kind``,
-    ``EXACT_GANGS``). So a sweep of such gangs behind a blocked head is tried once per
+    ``Tuning.exact_gangs``). So a sweep of such gangs behind a blocked head is tried once per
     shape none smaller has failed, not once per gang, and cannot use up its queue's
-    ``BACKFILL_TRIES`` before a job that fits. Any other job (topology,
+    ``Tuning.backfill_tries`` before a job that fits. Any other job (topology,
     GPU memory instead of a fraction, elastic gangs) is always tried. Per kind only the
     smallest failures are kept, none covering another.
 
@@ -540,9 +536,14 @@ class FailedShapes:
     looks up every job behind its queue's blocked head.
     """
 
-    __slots__ = ("cache", "failed", "ruled")
+    __slots__ = ("cache", "exact_gangs", "failed", "ruled")
 
-    def __init__(self, cache: dict[str, JobShape] | None = None) -> None:
+    def __init__(
+        self, cache: dict[str, JobShape] | None = None, *, exact_gangs: bool = True
+    ) -> None:
+        self.exact_gangs = exact_gangs
+        """Whether gangs whose fit depends on more than GPU sizes are remembered
+        (``Tuning.exact_gangs``)."""
         self.failed: dict[object, dict[tuple[object, ...], list[Vector]]] = {}
         """blocked token -> kind -> the smallest request vectors that failed."""
         self.cache: dict[str, JobShape] = {} if cache is None else cache
@@ -551,7 +552,7 @@ class FailedShapes:
         ``clear``, so it stays ruled out (a backlog of like jobs is judged once)."""
 
     @staticmethod
-    def shape(job: Job) -> tuple[tuple[object, ...], Vector] | None:
+    def shape(job: Job, *, exact_gangs: bool = True) -> tuple[tuple[object, ...], Vector] | None:
         """(kind, request vector) of a job this memo can judge, or None."""
         if job.topology_key:
             return None
@@ -573,12 +574,12 @@ class FailedShapes:
             return None  # elastic: its fit depends on which pods are required
         shape = gang_shape(job, False)
         if shape is None:
-            return _gang_kind(job) if EXACT_GANGS else None
+            return _gang_kind(job) if exact_gangs else None
         return ("gang",), (shape[0], shape[1])
 
     def shape_of(self, job: Job) -> tuple[tuple[object, ...], Vector] | None:
         """``shape(job)``, from the cache."""
-        return job_shape(self.cache, job).memo
+        return job_shape(self.cache, job, exact_gangs=self.exact_gangs).memo
 
     def may_fit(self, job: Job, blocked: object = ()) -> bool:
         """False if a job asking no more already failed (the job need not be tried)."""

@@ -16,6 +16,7 @@ from events.model import Event
 from scheduler.core.fairshare import Shares
 from scheduler.core.placement import FailedShapes
 from scheduler.core.state import Queue, State
+from scheduler.core.tuning import Tuning
 
 if TYPE_CHECKING:
     from scheduler.core.admission import Headroom
@@ -41,6 +42,8 @@ class Session:
     """The leaf queues with pending jobs when the cycle began."""
     limited: dict[str, bool]
     """Per leaf in ``leaves``: whether it or an ancestor has a limit (``admission.limited``)."""
+    tuning: Tuning
+    """The cycle's shortcuts and bounds (``State.tuning``; ``scheduler.core.tuning``)."""
     reservations: list[Reservation] = field(default_factory=list)
     """Nodes held for blocked queue heads, in the order they were made (backfill)."""
     reserved_nodes: dict[str, None] = field(default_factory=dict)
@@ -74,7 +77,7 @@ class Session:
     heads: dict[str, str] = field(default_factory=dict)
     """Per blocked queue, its head (named in the reasons of the jobs behind it)."""
     misses: dict[str, int] = field(default_factory=dict)
-    """Per blocked queue, failed backfill attempts (``backfill.BACKFILL_TRIES``)."""
+    """Per blocked queue, failed backfill attempts (``Tuning.backfill_tries``)."""
     requeued: dict[str, None] = field(default_factory=dict)
     """Victims of this cycle sent back to pending: tried again, but make no room."""
     free_gpu: int | None = None

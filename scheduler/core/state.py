@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec, PolicyConfigured, Resources
 from scheduler.core.pendingblocks import PendingBlocks
 from scheduler.core.running import RunningIndex
+from scheduler.core.tuning import DEFAULT, Tuning
 
 PRIORITY_CLASSES: dict[str, int] = {
     "train": 50,
@@ -324,6 +325,9 @@ class State:
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""
+    tuning: Tuning = DEFAULT
+    """The runner's shortcuts and bounds (``scheduler.core.tuning``): never folded, as no
+    event sets them; a recorded ledger replays under ``DEFAULT``, tests construct others."""
     skip_ids_cache: dict[tuple[object, ...], int] = field(default_factory=dict)
     """Cache: a number for each skip key seen (``allocate.skip_id``): the walk behind a
     blocked head compares numbers, not nested tuples."""
@@ -408,7 +412,9 @@ class State:
         """The queue's pending order in blocks (``pendingblocks``), built when first needed."""
         blocks = self.blocks_cache.get(queue.name)
         if blocks is None:
-            blocks = self.blocks_cache[queue.name] = PendingBlocks.of(queue.pending)
+            blocks = self.blocks_cache[queue.name] = PendingBlocks.of(
+                queue.pending, self.tuning.block
+            )
         return blocks
 
     def wanted(self, queue: Queue) -> list[int]:

@@ -391,13 +391,14 @@ class _Take:
         node-by-node choice's), only victims holding GPUs and losing at most ``ceiling``
         GPU-ms are read: under gpuledger's victim order (least lost work first) the
         reading stops at the first dearer one, and streams of jobs holding no GPU are
-        passed over whole (``CEILING_STOPS``)."""
+        passed over whole (``Tuning.ceiling_stops``)."""
         taken = {(level[0], level[1]): 0 for ls in self.levels_of.values() for level in ls}
         zero = dict(taken)
         allowed: list[Job] = []
         bounded = ceiling is not None
         limit = NEVER if ceiling is None else ceiling
-        stops = bounded and CEILING_STOPS and self.s.state.config.victim_order != "kai"
+        state = self.s.state
+        stops = bounded and state.tuning.ceiling_stops and state.config.victim_order != "kai"
         rows = self._ordered(taken if together else zero, zero, gpus_only=stops)
         for item, levels, floor in rows:
             if bounded and (item[0] > limit or item[5] <= 0):
@@ -808,13 +809,6 @@ def _try_rule(
     return placements, kept
 
 
-CEILING_STOPS = True
-"""Whether reading the victims allowed alone stops at the first one dearer than the
-node-by-node ceiling (``_Take.run``), and the node-by-node choice is skipped when even
-every victim within it could not make room (``_by_node``). Off, every victim is read and
-the nodes ranked anyway: the decisions are the same (``tests/test_node_by_node.py``)."""
-
-
 def _by_node(
     room: _Room, found: Candidates, take: _Take, wider: list[Job] | None, budget: int
 ) -> tuple[list[PodPlacement], list[Job]] | None:
@@ -829,7 +823,7 @@ def _by_node(
         candidates = take.run(together=False, ceiling=ceiling)
     else:
         candidates = [v for v in wider if lost_work(v, now)[0] <= ceiling]
-    if CEILING_STOPS and (not candidates or not room.could_fit(candidates)):
+    if room.state.tuning.ceiling_stops and (not candidates or not room.could_fit(candidates)):
         return None
     by_node = _node_by_node(room, candidates, ceiling, take)
     return _try_rule(room, by_node, budget, found.allows)
@@ -919,10 +913,6 @@ def _freeable_nodes(room: _Room, takable: dict[str, Job]) -> dict[str, list[str]
     return found
 
 
-ONE_INSTEAD_TRIES = 16
-"""The most placements ``_one_instead`` tries for one gang."""
-
-
 def _one_instead(
     room: _Room, candidates: list[Job], kept: list[Job], point: tuple[int, int]
 ) -> tuple[list[PodPlacement], list[Job]] | None:
@@ -938,7 +928,7 @@ def _one_instead(
     tries = 0
     for victim in candidates:
         lost = lost_work(victim, now)[0]
-        if lost > cost or tries >= ONE_INSTEAD_TRIES:
+        if lost > cost or tries >= room.state.tuning.one_instead_tries:
             break
         if single is not None and lost >= cost:
             break  # one victim already: only a cheaper one would do better
