@@ -6,6 +6,7 @@ ledger."""
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -112,6 +113,21 @@ def _scattered() -> Scenario:
     return ClusterFile(nodes=nodes), QueuesFile(queues=queues), WorkloadFile(jobs=jobs)
 
 
+def _over_quota() -> Scenario:
+    """``_scattered`` with q2 deserving nothing, so the gang's reclaim is over its quota
+    and bounded by its lost-work budget (§5), and q0's jobs checkpointing every minute, so
+    they are cheap enough for it: the ceiling bounds the node-by-node choice here."""
+    cluster, queues, workload = _scattered()
+    jobs = [
+        msgspec.structs.replace(j, checkpoint_interval_s=60) if j.name.startswith("s") else j
+        for j in workload.jobs
+    ]
+    over = [
+        msgspec.structs.replace(q, deserved_gpus=0) if q.name == "q2" else q for q in queues.queues
+    ]
+    return cluster, QueuesFile(queues=over), WorkloadFile(jobs=jobs)
+
+
 KNOBS = st.builds(
     PolicyFile,
     lost_work_ratio=st.sampled_from([0.0, 0.1, 1.0]),
@@ -138,16 +154,15 @@ def _preempted(scenario: Scenario, tuning: Tuning) -> list[JobPreempted]:
 
 @example(_scattered(), PolicyFile())
 @example(_scattered(), PolicyFile(lost_work_ratio=0.0))
+@example(_over_quota(), PolicyFile())
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(packed(), KNOBS)
 def test_the_ceiling_shortcut_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
     assert _ledger(scenario, knobs, on=True) == _ledger(scenario, knobs, on=False)
 
 
-def test_the_example_reclaims_a_whole_node_and_the_shortcut_reads_less() -> None:
-    """The example above reaches the node-by-node choice (the gang's victims are the
-    first node's four jobs) and, with the shortcut on, ranks the nodes no more often and
-    reads fewer victims than with it off."""
+def _counted(scenario: Scenario, tuning: Tuning) -> tuple[int, int, list[str]]:
+    """Times the nodes were ranked, victims read, and the gang's victims."""
     counted: dict[str, int] = {}
     real_nodes, real_ordered = victims_module._freeable_nodes, victims_module._Take._ordered
 
@@ -160,20 +175,30 @@ def test_the_example_reclaims_a_whole_node_and_the_shortcut_reads_less() -> None
             counted["read"] = counted.get("read", 0) + 1
             yield row
 
-    seen = []
     victims_module._freeable_nodes = nodes  # type: ignore[assignment]
     victims_module._Take._ordered = ordered  # type: ignore[method-assign]
     try:
-        for on in (True, False):
-            counted.clear()
-            preempted = _preempted(_scattered(), Tuning(ceiling_stops=on))
-            seen.append((counted.get("nodes", 0), counted.get("read", 0), preempted))
+        preempted = _preempted(scenario, tuning)
     finally:
         victims_module._freeable_nodes = real_nodes  # type: ignore[assignment]
         victims_module._Take._ordered = real_ordered  # type: ignore[method-assign]
-    (nodes_on, read_on, preempted), (nodes_off, read_off, _) = seen
-    assert sorted(e.job for e in preempted if e.preemptor == "gang") == [
-        "s000", "s001", "s002", "s003"
-    ]  # fmt: skip
-    assert 0 < nodes_on <= nodes_off
+    gang = sorted(e.job for e in preempted if e.preemptor == "gang")
+    return counted.get("nodes", 0), counted.get("read", 0), gang
+
+
+def test_the_example_reclaims_a_whole_node() -> None:
+    """The example above reaches the node-by-node choice: the gang's victims are the first
+    node's four jobs, the same with the shortcut on and off."""
+    for on in (True, False):
+        nodes, _, gang = _counted(_scattered(), Tuning(ceiling_stops=on))
+        assert nodes > 0 and gang == ["s000", "s001", "s002", "s003"]
+
+
+def test_over_quota_the_shortcut_reads_less() -> None:
+    """Where the ceiling bounds the choice (reclaim beyond the gang's deserved quota), the
+    shortcut ranks the nodes no more often and reads fewer victims, deciding the same."""
+    nodes_on, read_on, gang_on = _counted(_over_quota(), Tuning(ceiling_stops=True))
+    nodes_off, read_off, gang_off = _counted(_over_quota(), Tuning(ceiling_stops=False))
+    assert nodes_on <= nodes_off and nodes_off > 0
     assert read_on < read_off
+    assert gang_on == gang_off

@@ -951,7 +951,37 @@ _SCATTERED = (
      *(started(f"y{k}") for k in range(3))),
 )  # fmt: skip
 
+# 4 nodes x 8 GPUs; A deserves 24, B 8. B borrows all 32 GPUs with 1-GPU train jobs, one
+# a minute, each checkpointing every 30 min, so their checkpoints are staggered. At 2 h 10 min
+# A asks for three whole nodes: every one fits its deserved quota, and B holds 24 above its
+# own, so all three start in that cycle. The third's victims (n2's b16-b23, 156 GPU-min
+# together; n1's lose 160) are each dearer than any the victim order counted for it; in-quota
+# reclaim is a guarantee, not bounded by that ceiling (docs/policy.md §5).
+_B_BORROWS_ALL = (
+    *(
+        (60 * k, job(f"b{k:02d}", "B", checkpoint_s=1800), started(f"b{k - 1:02d}"))
+        for k in range(1, 32)
+    ),
+    (60 * 32, started("b31")),
+)
+_A_ASKS_THREE_NODES = (7800, *(job(f"a{i}", "A", gpus=8, checkpoint_s=1800) for i in range(3)))
+_WHOLE_NODES = (*(node(f"n{i}") for i in range(4)), queue("A", deserved=24), queue("B", deserved=8))
+
+
 RECLAIM = [
+    case(
+        "in-quota-reclaim-frees-whole-nodes-whose-victims-are-dearer-than-the-order-counted",
+        _WHOLE_NODES,
+        (0, job("b00", "B", checkpoint_s=1800)),
+        *_B_BORROWS_ALL,
+        _A_ASKS_THREE_NODES,
+        then={
+            "allocated": {"a0": {"a0-0": "n0"}, "a1": {"a1-0": "n3"}, "a2": {"a2-0": "n2"}},
+            "gpus": {"A": 24, "B": 8},
+        },
+        lost_work_ratio_milli=100,  # the shipped default (0.1)
+        backfill=True,
+    ),
     case(
         # in victim order 6 of a's newest jobs (x, y on n2, n3 first: same lost work, newest
         # first) spend its bound of 6 GPUs, and c's jobs keep those nodes from the 4-GPU

@@ -35,7 +35,7 @@ def test_no_module_of_the_core_holds_a_switch() -> None:
     # Constants of the domain, not of how the core works: units and markers.
     constants = {
         "scheduler.core.fairshare.RESOURCES = 3",
-        "scheduler.core.policy.REVISION = 13",
+        "scheduler.core.policy.REVISION = 14",
         "scheduler.core.running.NEVER = 4611686018427387904",
         "scheduler.core.state.NON_PREEMPTIBLE_FROM = 100",
         "scheduler.core.state.UNLIMITED = -1",

@@ -812,21 +812,40 @@ def _try_rule(
 def _by_node(
     room: _Room, found: Candidates, take: _Take, wider: list[Job] | None, budget: int
 ) -> tuple[list[PodPlacement], list[Job]] | None:
-    """Reclaim's victims node by node (``_node_by_node``), each losing no more work than
-    the dearest victim the victim order counted (``_Take.dearest``) nor than ``budget``:
-    the victims allowed alone within that ceiling (from ``wider`` when it was read whole),
-    tried when together they could make room at all (``_Room.could_fit`` only grows with
-    the victims, and the nodes' victims are among them)."""
+    """Reclaim's victims node by node (``_node_by_node``), tried when together they could
+    make room at all (``_Room.could_fit`` only grows with the victims, and the nodes'
+    victims are among them): the victims allowed alone (from ``wider`` when it was read
+    whole) that ``_node_ceiling_allows``."""
     now = room.state.now
     ceiling = min(budget, take.dearest)
+    guaranteed = budget >= NEVER
     if wider is None:
-        candidates = take.run(together=False, ceiling=ceiling)
+        candidates = take.run(together=False, ceiling=NEVER if guaranteed else ceiling)
     else:
-        candidates = [v for v in wider if lost_work(v, now)[0] <= ceiling]
+        candidates = wider
+    victims = room.victims
+    candidates = [
+        v for v in candidates if _node_ceiling_allows(victims, v, now, ceiling, guaranteed)
+    ]
     if room.state.tuning.ceiling_stops and (not candidates or not room.could_fit(candidates)):
         return None
-    by_node = _node_by_node(room, candidates, ceiling, take)
+    by_node = _node_by_node(room, candidates, NEVER if guaranteed else ceiling, take)
     return _try_rule(room, by_node, budget, found.allows)
+
+
+def _node_ceiling_allows(
+    victims: Victims, v: Job, now: int, ceiling: int, guaranteed: bool
+) -> bool:
+    """Whether the node-by-node choice may take ``v``: when it loses no more work than
+    ``ceiling`` (the dearest victim the victim order counted, or the lost-work budget if
+    less); and, for reclaim within the job's deserved quota (``guaranteed``: no lost-work
+    budget bounds it, §5), whatever it loses when all its GPUs sit on one node — a node's
+    room then costs only what is on that node, and the cheapest nodes are taken first. A
+    gang spanning nodes stays within the ceiling there: it is evicted whole (all or
+    nothing across its pods), throwing away its pods on nodes the job does not need."""
+    if lost_work(v, now)[0] <= ceiling:
+        return True
+    return guaranteed and len({n for n, m in victims.spots(v) if m > 0}) <= 1
 
 
 def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) -> list[Job]:
