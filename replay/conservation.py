@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from scheduler.core.admission import Headroom, admission_headroom, admission_held
+from scheduler.core.admission import admission_headroom
 from scheduler.core.allocate import score_for
 from scheduler.core.fairshare import Shares, fair_shares
+from scheduler.core.headroom import Headroom, admission_held
 from scheduler.core.placement import FailedShapes, Statement, binpack_score
 from scheduler.core.running import NEVER
 from scheduler.core.state import GANG_POLICIES, Job, State

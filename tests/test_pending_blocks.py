@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.admission import admission_held
+from scheduler.core.headroom import admission_held
 from scheduler.core.pendingblocks import PendingBlocks, minimal
 from scheduler.core.running import NEVER
 from scheduler.core.tuning import DEFAULT

@@ -25,7 +25,8 @@ from replay.verify import run as replay
 from scheduler.core import allocate as allocate_module
 from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
-from scheduler.core.admission import admission_headroom, admission_held, admission_reason
+from scheduler.core.admission import admission_headroom, admission_reason
+from scheduler.core.headroom import admission_held
 from scheduler.core.state import State
 from scheduler.core.tuning import DEFAULT, Tuning
 from tests.simkit import simulate

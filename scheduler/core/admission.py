@@ -10,6 +10,7 @@ to preempt from its own queue to start within every limit.
 from __future__ import annotations
 
 from scheduler.core.fairshare import RESOURCES, Shares, bounded, capacity, limit_of
+from scheduler.core.headroom import Headroom
 from scheduler.core.reasons import LIMIT, QUOTA, UNITS, Reason, amount, gpus
 from scheduler.core.running import NEVER
 from scheduler.core.state import Job, Queue, State
@@ -168,12 +169,6 @@ def admission_reason(state: State, queue: Queue, job: Job, shares: Shares) -> Re
     return quota_reason(state, queue, job, shares)
 
 
-Headroom = tuple[int, int, int, int]
-"""``admission_headroom``: per resource the most a job may ask for within every limit of
-its queue's chain, then the most GPU a non-preemptible job may ask for within every
-deserved quota of it (NEVER: no bound)."""
-
-
 def admission_headroom(state: State, queue: Queue, shares: Shares) -> Headroom:
     """What ``admission_reason`` compares a job's request with, folded over the queue's
     chain once: a job is held back exactly when ``admission_held`` says so. It changes
@@ -187,17 +182,6 @@ def admission_headroom(state: State, queue: Queue, shares: Shares) -> Headroom:
                 room[resource] = min(room[resource], limit - q.allocated[resource])
         quota = min(quota, shares.deserved[q.name][0] - q.allocated_np)
     return room[0], room[1], room[2], quota
-
-
-def admission_held(headroom: Headroom, request: tuple[int, int, int], preemptible: bool) -> bool:
-    """Whether ``admission_reason`` holds back a job of this request and preemptibility
-    (it gives a reason exactly when this is True), without wording the reason."""
-    return (
-        request[0] > headroom[0]
-        or request[1] > headroom[1]
-        or request[2] > headroom[2]
-        or (not preemptible and request[0] > headroom[3])
-    )
 
 
 def quota_reason(state: State, queue: Queue, job: Job, shares: Shares) -> Reason | None:

@@ -16,9 +16,7 @@ from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import (
-    Headroom,
     admission_headroom,
-    admission_held,
     admission_reason,
     kai_ranked,
     limited,
@@ -37,6 +35,7 @@ from scheduler.core.backfill import (
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import fair_shares
+from scheduler.core.headroom import Headroom, admission_held
 from scheduler.core.placement import (
     FailedShapes,
     Statement,
@@ -206,23 +205,20 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     cache = state.shape_cache
     held = s.tuning.skip_held
     limited = s.limited[queue.name]
-    r0, r1, r2, rq = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
+    room = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
     while at < stop:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
             break
         # ``_admit`` asks admission of every job but a preemptible one where no limit
-        # applies (``admission_held``, written out: this loop runs over whole backlogs).
-        if held and (limited or not job.preemptible):
-            request = job.request
-            if (
-                request[0] > r0
-                or request[1] > r1
-                or request[2] > r2
-                or (not job.preemptible and request[0] > rq)
-            ):
-                at += 1
-                continue
+        # applies (which admission never holds back).
+        if (
+            held
+            and (limited or not job.preemptible)
+            and admission_held(room, job.request, job.preemptible)
+        ):
+            at += 1
+            continue
         if skipping is None:
             break
         shape = cache.get(job.job)

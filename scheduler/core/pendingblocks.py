@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from scheduler.core.headroom import Headroom, admission_held
+
 if TYPE_CHECKING:
     from scheduler.core.state import Job
 
@@ -50,29 +52,20 @@ class Summary:
     unkeyed: list[tuple[Request, bool]] = field(default_factory=list)
     """The requests and preemptibility of its jobs that have no skip key."""
 
-    def all_held(self, limited: bool, headroom: tuple[int, int, int, int], now: int) -> bool:
+    def all_held(self, limited: bool, headroom: Headroom, now: int) -> bool:
         """Whether the walk passes over every job of the block (``_skip_known``): none
         backs off at ``now`` and admission holds back each (``admission_held``; where no
         limit applies, it holds back no preemptible job)."""
-        if self.backoff > now:
+        if self.backoff > now or (self.preemptible and not limited):
             return False
-        r0, r1, r2, rq = headroom
-        if self.preemptible:
-            if not limited:
-                return False
-            for v in self.preemptible:
-                if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
-                    return False
-        r0 = min(r0, rq)
-        for v in self.fixed:  # noqa: SIM110 (a loop: this runs for every block walked)
-            if v[0] <= r0 and v[1] <= r1 and v[2] <= r2:
-                return False
-        return True
+        return all(admission_held(headroom, v, True) for v in self.preemptible) and all(
+            admission_held(headroom, v, False) for v in self.fixed
+        )
 
     def passes(
         self,
         limited: bool,
-        headroom: tuple[int, int, int, int],
+        headroom: Headroom,
         now: int,
         skipping: dict[int, None],
     ) -> bool:
@@ -81,20 +74,12 @@ class Summary:
         job-by-job rule of ``allocate._skip_jobs``, per distinct key."""
         if self.backoff > now:
             return False
-        r0, r1, r2, rq = headroom
         keys = self.keys
         missing = keys.keys() - skipping.keys() if skipping else keys.keys()
-        for request, preemptible in [keys[k] for k in missing] + self.unkeyed:
-            if not (limited or not preemptible):
-                return False
-            if not (
-                request[0] > r0
-                or request[1] > r1
-                or request[2] > r2
-                or (not preemptible and request[0] > rq)
-            ):
-                return False
-        return True
+        return all(
+            (limited or not preemptible) and admission_held(headroom, request, preemptible)
+            for request, preemptible in [keys[k] for k in missing] + self.unkeyed
+        )
 
 
 def minimal(requests: list[Request]) -> list[Request]:

@@ -19,8 +19,8 @@ from scheduler.core.state import Queue, State
 from scheduler.core.tuning import Tuning
 
 if TYPE_CHECKING:
-    from scheduler.core.admission import Headroom
     from scheduler.core.backfill import RunningEnds
+    from scheduler.core.headroom import Headroom
     from scheduler.core.reasons import Reason
     from scheduler.core.state import Reservation
     from scheduler.core.victims import Victims
