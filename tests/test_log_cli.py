@@ -64,6 +64,27 @@ def test_cat(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown event type nope" in capsys.readouterr().err
 
 
+def test_cat_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    """`gpuledger log cat L | head -1`: the reader going away is normal use, not an error
+    (the ledger's records fill more than a pipe's buffer, so the writer meets the close)."""
+    import subprocess
+    import sys
+
+    ledger = tmp_path / "big"
+    with FileLedger.open(ledger) as w:
+        w.append([env(j) for j in range(5000)])
+    gpuledger = str(Path(sys.executable).parent / "gpuledger")
+    cat = subprocess.Popen(
+        [gpuledger, "log", "cat", str(ledger)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert cat.stdout is not None and cat.stderr is not None
+    first = cat.stdout.readline()
+    cat.stdout.close()  # as `head -1` does after its line
+    assert cat.wait(timeout=60) == 0
+    assert json.loads(first)["offset"] == 0
+    assert cat.stderr.read() == b""
+
+
 def test_cat_reads_a_jsonl_export(
     ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

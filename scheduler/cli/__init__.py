@@ -8,6 +8,7 @@ which nothing else imports. A user's mistake is a ``CliError`` (``scheduler.cli.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,5 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpuledger: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `gpuledger log cat | head` is normal use
+        # Python would report the pipe again when it flushes stdout at exit: point stdout
+        # at /dev/null first, as the Python documentation advises for SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
     return code

@@ -51,6 +51,8 @@ def ledger_errors(prefix: str = "") -> Iterator[None]:
         yield
     except (LedgerError, DecodeError) as exc:
         raise CliError(f"{prefix}{exc}") from exc
+    except BrokenPipeError:
+        raise  # the reader of our output went away (`log cat | head`): not the ledger's fault
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise CliError(f"{prefix}{where}{exc.strerror or exc}") from exc
