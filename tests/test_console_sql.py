@@ -67,6 +67,7 @@ class Console:
     """A ``gpuledger serve`` subprocess with the given SQL options."""
 
     def __init__(self, ledger: Path, db: Path, *args: str) -> None:
+        self.db = db
         self.proc = subprocess.Popen(
             [GPULEDGER, "serve", "--ledger", str(ledger), "--db", str(db), *LOCAL, *args],
             stdout=subprocess.PIPE,
@@ -323,3 +324,42 @@ def test_bad_limits_are_refused(ledger: Path, tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+
+
+def test_serve_on_a_damaged_ledger_names_the_damage(ledger: Path, tmp_path: Path) -> None:
+    """A corrupted frame: one line naming the segment and byte, exit 2, no traceback."""
+    import shutil
+
+    damaged = tmp_path / "ledger"
+    shutil.copytree(ledger, damaged)
+    segment = sorted(damaged.glob("*.seg"))[0]
+    with segment.open("r+b") as f:
+        f.seek(segment.stat().st_size // 2)
+        f.write(b"\xff\xff\xff\xff\x00\x00")
+    done = subprocess.run(
+        [GPULEDGER, "serve", "--ledger", str(damaged), "--db", str(tmp_path / "h.db"), *LOCAL],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert segment.name in done.stderr and "byte" in done.stderr
+
+
+def test_a_second_serve_on_the_same_database_says_who_owns_it(
+    console: Console, ledger: Path
+) -> None:
+    """Not DuckDB's raw lock error: what owns the file and what to do."""
+    owned = str(console.db)
+    done = subprocess.run(
+        [GPULEDGER, "serve", "--ledger", str(ledger), "--db", owned, *LOCAL],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "another process has this projection open" in done.stderr
+    assert "Traceback" not in done.stderr

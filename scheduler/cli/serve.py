@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from scheduler.cli.errors import CliError, open_ledger
+from scheduler.cli.errors import CliError, ledger_errors, open_ledger
 
 __all__ = ["default_db", "register"]
 
@@ -99,6 +99,19 @@ def default_db(ledger: str) -> str:
     return str(Path(ledger).parent / "history.duckdb")
 
 
+def _db_error(exc: BaseException) -> str:
+    """DuckDB's "Could not set lock on file" as what it means here: another process (a
+    second ``serve``, or ``project --follow``) owns the projection."""
+    text = str(exc)
+    if "Could not set lock" in text:
+        return (
+            "another process has this projection open for writing (a `gpuledger serve` or "
+            "`project --follow` on it): ask that console (`sql --db` and `report --db` find "
+            "it), stop it, or give this one another --db"
+        )
+    return text
+
+
 def _serve(args: argparse.Namespace) -> int:
     import duckdb  # noqa: PLC0415
 
@@ -144,10 +157,14 @@ def _serve(args: argparse.Namespace) -> int:
         log=log,
     )
     try:
-        console.open()
+        with ledger_errors(f"{args.ledger}: "):  # a damaged ledger: say where, as `project` does
+            console.open()
+    except CliError:
+        reader.close()
+        raise
     except (SchemaError, ValueError, OSError, duckdb.Error) as exc:
         reader.close()
-        raise CliError(f"{db}: {exc}") from exc
+        raise CliError(f"{db}: {_db_error(exc)}") from exc
 
     def ready(url: str) -> None:
         sys.stdout.write(f"gpuledger console on {url} (ledger {args.ledger}, database {db})\n")
