@@ -503,6 +503,26 @@ class Simulation:
                     pass
 
 
+def check_inputs(queues: QueuesFile, workload: WorkloadFile) -> None:
+    """``ConfigError`` naming the job and field when the workload does not fit the queues:
+    a job (or generator) whose queue is not in the queue tree, or is not a leaf of it (the
+    scheduler would refuse its submission), or two jobs of one name. Nothing is simulated
+    or written."""
+    parents = {q.parent for q in queues.queues if q.parent}
+    names = {q.name for q in queues.queues}
+    leaves = ", ".join(sorted(names - parents)) or "none"
+    named = [(f"workload.jobs[{i}] ({j.name})", j.queue) for i, j in enumerate(workload.jobs)]
+    named += [(f"workload.generators[{i}]", g.queue) for i, g in enumerate(workload.generators)]
+    for where, queue in named:
+        if queue not in names:
+            raise ConfigError(f"{where}.queue: unknown queue {queue!r}; the leaf queues: {leaves}")
+        if queue in parents:
+            raise ConfigError(
+                f"{where}.queue: {queue!r} has child queues; jobs go to a leaf: {leaves}"
+            )
+    expand(workload)  # duplicate names, gang minimums: the errors a run would give
+
+
 def simulate_into(
     cluster: ClusterFile,
     queues: QueuesFile,

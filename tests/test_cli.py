@@ -61,6 +61,38 @@ def test_simulate_names_the_bad_file_and_field(
     assert not (tmp_path / "l").exists() or not any((tmp_path / "l").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("jobs", "says"),
+    [
+        (
+            ["{name: a, queue: team}", "{name: b, queue: tema}"],
+            "jobs[1] (b).queue: unknown queue 'tema'",
+        ),
+        (["{name: a, queue: org}"], "jobs[0] (a).queue: 'org' has child queues"),
+        (["{name: a, queue: team}", "{name: a, queue: team}"], "duplicate job name 'a'"),
+    ],
+    ids=["unknown-queue", "inner-queue", "duplicate-name"],
+)
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_a_job_the_run_would_refuse_is_an_error_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: list[str], says: str, command: str
+) -> None:
+    """Not a job silently left out (exit 0, "submitted 1/2"), nor a stub ledger left behind
+    that refuses the corrected run."""
+    (tmp_path / "q.yaml").write_text(
+        "queues:\n  - {name: org, deserved_gpus: 8}\n  - {name: team, parent: org}\n"
+    )
+    lines = "".join(f"  - {j[:-1]}, at_s: 0, runtime_s: 60}}\n" for j in jobs)
+    (tmp_path / "w.yaml").write_text("jobs:\n" + lines)
+    out = tmp_path / "out"
+    where = ["--ledger", str(out)] if command == "simulate" else ["--out", str(out)]
+    code = main([command, "--cluster", f"{EX}/demo-cluster.yaml", "--queues",
+                 str(tmp_path / "q.yaml"), "--workload", str(tmp_path / "w.yaml"), *where])  # fmt: skip
+    assert code == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_simulate_rejects_an_unknown_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -111,14 +111,20 @@ def register(sub: Any) -> None:
 def _load_inputs(
     cluster: str, queues: str, workload: str
 ) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    from replay.sim import check_inputs  # noqa: PLC0415  # heavy imports only when used
+
     try:
-        return (
+        inputs = (
             load(cluster, ClusterFile),
             load(queues, QueuesFile),
             load(workload, WorkloadFile),
         )
+        # Before any ledger directory is made: a job the run would refuse is an error in
+        # the files, not a job silently left out of the run.
+        check_inputs(inputs[1], inputs[2])
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
+    return inputs
 
 
 def _fresh_dir(path: Path, force: bool) -> None:
