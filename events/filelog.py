@@ -855,6 +855,34 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
     return report
 
 
+def torn_tail(path: str | os.PathLike[str]) -> Problem | None:
+    """The torn tail of a closed ledger directory's last segment — an append that did not
+    complete, whose records no reader returns — or None.
+
+    Readers pass over such a tail (on a live ledger it is an append in flight), so a tool
+    that reads a ledger whole and offline (``replay``, ``project`` once) asks this after
+    reading, to say that records are missing instead of passing off what it could read.
+    Only the last segment is scanned (checksums, no decoding)."""
+    root = Path(path)
+    bases = _list_bases(root)
+    if not bases:
+        return None
+    seg = root / segment_name(bases[-1])
+    buf, scan = _load_segment(seg, bases[-1])
+    for _ in _iter_committed(buf, scan, final=True, seg=seg):
+        pass
+    if scan.pos >= len(buf):
+        return None
+    return Problem(
+        str(seg),
+        scan.pos,
+        scan.expected,
+        f"torn tail of {len(buf) - scan.pos} bytes: {scan.tail}; the records of that append "
+        f"(from offset {scan.expected}) are missing (opening a writer truncates it)",
+        "torn_tail",
+    )
+
+
 def _undecodable(payload: bytes, offset: int) -> str | None:
     try:
         decode_event(decode_envelope(payload, offset), offset)
@@ -878,5 +906,6 @@ __all__ = [
     "TailRepair",
     "VerifyReport",
     "segment_name",
+    "torn_tail",
     "verify",
 ]

@@ -280,7 +280,7 @@ class Simulation:
         policy: str | PolicyConfigured,
         writer: LedgerWriter | None = None,
         *,
-        flush_every: int = 8192,
+        flush_every: int = 1024,
         tuning: Tuning = DEFAULT,
     ) -> None:
         """``tuning``: the core's shortcuts and bounds (``scheduler.core.tuning``); tests
@@ -306,7 +306,7 @@ class Simulation:
         startup_ms: int,
         policy: str | PolicyConfigured,
         writer: LedgerWriter | None = None,
-        flush_every: int = 8192,
+        flush_every: int = 1024,
         tuning: Tuning = DEFAULT,
     ) -> Simulation:
         """A simulation of recorded facts: ``world`` holds timed node, queue and cancel

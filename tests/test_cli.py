@@ -93,6 +93,26 @@ def test_a_job_the_run_would_refuse_is_an_error_before_anything_is_written(
     assert not out.exists()
 
 
+def test_a_torn_tail_is_reported_not_passed_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """37 bytes cut off a simulated ledger: the simulator's batches keep all but the last
+    append readable, and replay, verify and project say the rest is missing (exit 1)."""
+    ledger = simulate(tmp_path)
+    (segment,) = ledger.glob("*.seg")
+    with segment.open("r+b") as f:
+        f.truncate(segment.stat().st_size - 37)
+    capsys.readouterr()
+    assert main(["replay", "--ledger", str(ledger), "--verify"]) == 1
+    captured = capsys.readouterr()
+    records = int(captured.out.split("replayed ", 1)[1].split()[0])
+    assert records >= 1024  # earlier appends are intact
+    assert "verify: INCOMPLETE" in captured.out and "0 mismatches" not in captured.out
+    assert "torn tail" in captured.err and segment.name in captured.err
+    assert main(["project", "--ledger", str(ledger), "--db", str(tmp_path / "h.duckdb")]) == 1
+    assert "the ledger is incomplete" in capsys.readouterr().err
+
+
 def test_simulate_rejects_an_unknown_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

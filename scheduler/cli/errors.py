@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -73,6 +74,22 @@ def open_ledger(source: str) -> LedgerReader:
         return open_reader(source)
 
 
+def missing_tail(source: str) -> str | None:
+    """For a ledger directory read whole and offline: a line saying its last append is
+    torn and its records are missing (``events.filelog.torn_tail``), or None. Kafka topics
+    and JSON Lines exports have no torn tail to find."""
+    from events.filelog import LedgerError, torn_tail  # noqa: PLC0415
+
+    path = Path(source)
+    if source[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME or not path.is_dir():
+        return None
+    try:
+        problem = torn_tail(path)
+    except (LedgerError, OSError):
+        return None  # the read itself reported what is wrong with the ledger
+    return None if problem is None else str(problem)
+
+
 def kafka_errors(
     func: Callable[[argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
@@ -91,4 +108,11 @@ def kafka_errors(
     return run
 
 
-__all__ = ["CliError", "kafka_errors", "ledger_errors", "open_ledger", "refuse_kafka_url"]
+__all__ = [
+    "CliError",
+    "kafka_errors",
+    "ledger_errors",
+    "missing_tail",
+    "open_ledger",
+    "refuse_kafka_url",
+]

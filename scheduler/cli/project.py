@@ -31,7 +31,13 @@ from projections.report import (
     render_full_report,
     render_table,
 )
-from scheduler.cli.errors import CliError, ledger_errors, open_ledger, refuse_kafka_url
+from scheduler.cli.errors import (
+    CliError,
+    ledger_errors,
+    missing_tail,
+    open_ledger,
+    refuse_kafka_url,
+)
 
 __all__ = ["register"]
 
@@ -223,7 +229,12 @@ def _project_or_follow(args: argparse.Namespace) -> int:
     reader = open_ledger(source)
     try:
         if args.follow is None:
-            return _project(args, reader, source)
+            code = _project(args, reader, source)
+            torn = missing_tail(source)
+            if torn is not None:  # projected what was readable; say what is not there
+                sys.stderr.write(f"gpuledger: {source}: the ledger is incomplete: {torn}\n")
+                return 1
+            return code
         try:
             while True:
                 try:

@@ -25,7 +25,13 @@ from replay.config import (
     policy_event,
     queue_events,
 )
-from scheduler.cli.errors import CliError, ledger_errors, open_ledger, refuse_kafka_url
+from scheduler.cli.errors import (
+    CliError,
+    ledger_errors,
+    missing_tail,
+    open_ledger,
+    refuse_kafka_url,
+)
 from scheduler.core.policy import POLICIES
 
 
@@ -295,10 +301,18 @@ def _replay(args: argparse.Namespace) -> int:
         )
     if result.revision_note:
         print(result.revision_note)
+    torn = missing_tail(args.ledger) if end is None else None
+    if torn is not None:
+        sys.stderr.write(f"gpuledger: {args.ledger}: the ledger is incomplete: {torn}\n")
     if not args.verify:
-        return 0
+        return 1 if torn is not None else 0
     if result.mismatch is None:
         scope = f" from offset {start}" if start else ""
+        if torn is not None:
+            print(
+                f"verify: INCOMPLETE — {result.records} records reproduced{scope}, then a torn tail"
+            )
+            return 1
         print(f"verify: 0 mismatches{scope} — every decision reproduced byte for byte")
         return 0
     m = result.mismatch
