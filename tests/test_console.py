@@ -619,3 +619,11 @@ def test_whatif_runs_in_a_worker_and_leaves_the_ledger(
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 403
+
+
+def test_a_moment_past_the_ledgers_end_is_refused(server: Server) -> None:
+    """Not the end's figures shown as those of a later moment (``t=8.5536e+06s``)."""
+    with pytest.raises(urllib.error.HTTPError) as late:
+        server.get("/api/report?at=99d")
+    assert late.value.code == 400
+    assert "past the ledger's end" in json.loads(late.value.read())["error"]

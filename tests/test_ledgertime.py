@@ -90,6 +90,17 @@ def test_state_at_iso_on_a_live_ledger(tmp_path: Path) -> None:
         check=False,
     )
     assert bad.returncode == 2 and "ISO-8601" in bad.stderr
+    for past in ("3h", "2025-12-04T00:00:00Z", "5"):  # after the last record (10:00, offset 3)
+        late = subprocess.run(
+            [GPULEDGER, "state", "--ledger", str(ledger), "--at", past],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert late.returncode == 2, past
+        assert "past the ledger's end" in late.stderr
+        assert "offset 3, is at 2025-12-03T10:00:00.000Z" in late.stderr
+    assert "(through offset 3)" in state("2h")  # the last record's own moment is not past it
 
 
 def test_log_cat_shows_iso_on_a_live_ledger(tmp_path: Path) -> None:

@@ -310,7 +310,13 @@ def build_app(console: Console) -> Starlette:
         if text.isdigit():
             return ("offset", int(text))
         origin = st["first_ms"] if st["wall"] else 0
-        return ("time", parse_at(text, st["wall"], origin))
+        moment = parse_at(text, st["wall"], origin)
+        if st["last_ms"] is not None and moment > st["last_ms"]:
+            raise ValueError(
+                f"{text}: past the ledger's end (its last record is at "
+                f"{format_at(st['last_ms'], st['wall'])})"
+            )
+        return ("time", moment)
 
     async def snapshot_of(request: Request, st: dict[str, Any]) -> tuple[Any, str]:
         """The state at ``?at=`` (``state --at``), or ``None``; and an error to show."""

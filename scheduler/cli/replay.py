@@ -408,6 +408,7 @@ def _state(args: argparse.Namespace) -> int:
     reader = open_ledger(args.ledger)
     clock = _clock(reader)
     bound = parse_bound(args.at, *clock)
+    _refuse_past_the_end(reader, args.at, bound, clock[1])
     snapshot = state_at(reader, bound)
     if clock[1]:
         from events.ledgertime import format_at  # noqa: PLC0415
@@ -423,6 +424,28 @@ def _state(args: argparse.Namespace) -> int:
         print(f"\n{title}:")
         print(render_table(rows, list(rows[0])) if rows else "  (none)")
     return 0
+
+
+def _refuse_past_the_end(reader: Any, text: str, bound: tuple[str, int], wall: bool) -> None:
+    """A moment after the ledger's last record (or an offset past its end) is an error
+    naming where the ledger ends, not the end's state passed off as that moment's."""
+    from events.ledgertime import format_at  # noqa: PLC0415
+
+    kind, value = bound
+    with ledger_errors():
+        end = reader.end_offset()
+        last = None
+        for _, env in reader.read(max(0, end - 1), end):
+            last = int(env.at)
+    if last is None:
+        if end == 0:
+            raise CliError(f"--at {text}: the ledger holds no records")
+        return  # a Kafka topic's last offset may be a transaction marker: nothing to compare
+    if (kind == "offset" and value > end) or (kind == "time" and value > last):
+        raise CliError(
+            f"--at {text}: past the ledger's end (its last record, offset {end - 1}, is at "
+            f"{format_at(last, wall)}); give a moment or offset up to then"
+        )
 
 
 def _demo(args: argparse.Namespace) -> int:
