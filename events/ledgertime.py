@@ -14,18 +14,44 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # events.port imports events.codec, which imports this module
     from events.port import LedgerReader
 
-__all__ = ["WALL_CLOCK_FROM_MS", "clock_of", "format_at", "is_wall_clock", "offset_at", "parse_at"]
+__all__ = [
+    "WALL_CLOCK_FROM_MS",
+    "clock_of",
+    "format_at",
+    "is_wall_clock",
+    "offset_at",
+    "parse_at",
+    "parse_duration_ms",
+]
 
 WALL_CLOCK_FROM_MS = 1_000_000_000_000
 """2001-09-09T01:46:40Z: a first record at or after this is wall time."""
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+def parse_duration_ms(text: str, *, bare: str = "s") -> int:
+    """A duration typed by a person, in whole milliseconds: ``500ms``, ``90s``, ``30m``,
+    ``6h``, ``2d``, ``1w``, decimals (``1.5h``) and Go-style sums (``1h30m``); a bare number
+    counts in ``bare`` units (seconds unless said). Exact: decimal arithmetic, rounded to
+    the millisecond. The one parser behind every duration the tools accept (``--at``,
+    ``--window``, ``clock --every``, a Queue resource's durations). ``ValueError`` naming
+    the text otherwise."""
+    body = text.strip()
+    if _NUMBER.match(body):
+        return round(Decimal(body) * _UNITS_MS[bare])
+    parts = _PART.findall(body)
+    if not parts or "".join(a + b for a, b in parts) != body:
+        raise ValueError(f"{text!r}: expected a duration such as 500ms, 90s, 30m, 6h, 2d or 1h30m")
+    return round(sum(Decimal(amount) * _UNITS_MS[unit] for amount, unit in parts))
 
 
 def is_wall_clock(first_ms: int | None) -> bool:
@@ -57,9 +83,8 @@ def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:
     ledger also an ISO-8601 timestamp, ``2026-12-03T16:25:00Z`` (a timestamp without a
     zone is UTC). Raises ``ValueError`` naming the text otherwise.
     """
-    match = _RELATIVE.match(text)
-    if match:
-        return origin_ms + round(float(match.group(1)) * _UNITS_MS[match.group(2)])
+    if _PART.match(text.strip()):
+        return origin_ms + parse_duration_ms(text)
     try:
         moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

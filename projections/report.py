@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from events.ledgertime import format_at, is_wall_clock
+from events.ledgertime import format_at, is_wall_clock, parse_duration_ms
 from projections.projector import connect
 from projections.views import HANDFUL, JOB_AGGREGATES, SLO_RATIO, WAIT_THRESHOLD_S
 
@@ -352,16 +352,15 @@ def _fetch(con: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any
 
 
 def parse_window(text: str) -> float:
-    """``90s``, ``30m``, ``24h``, ``7d`` or plain seconds → seconds (``ValueError`` else)."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    """``90s``, ``30m``, ``24h``, ``7d``, ``1h30m`` or plain seconds → seconds
+    (``events.ledgertime.parse_duration_ms``; ``ValueError`` else)."""
     try:
-        value = float(body)
+        ms = parse_duration_ms(text)
     except ValueError:
         raise ValueError(f"bad window {text!r}: use e.g. 90s, 30m, 24h or 7d") from None
-    if not value > 0:
+    if not ms > 0:
         raise ValueError(f"bad window {text!r}: must be positive")
-    return value * units[unit]
+    return ms / 1000
 
 
 def full_report(con: Any, window_s: float | None = None) -> dict[str, Any]:

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from events.codec import wrap
 from events.filelog import FileLedger
-from events.ledgertime import WALL_CLOCK_FROM_MS, format_at, is_wall_clock, parse_at
+from events.ledgertime import (
+    WALL_CLOCK_FROM_MS,
+    format_at,
+    is_wall_clock,
+    parse_at,
+    parse_duration_ms,
+)
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
 
 GPULEDGER = str(Path(sys.executable).parent / "gpuledger")
@@ -116,3 +122,29 @@ def test_log_cat_shows_iso_on_a_live_ledger(tmp_path: Path) -> None:
     export = tmp_path / "x.jsonl"
     subprocess.run([GPULEDGER, "log", "export", str(ledger), "--out", str(export)], check=True)
     assert "at_iso" not in export.read_text()  # the export format stays as it was
+
+
+def test_one_duration_parser_behind_every_option() -> None:
+    """``--at``, ``--window``, ``clock --every`` and a Queue resource's durations accept
+    the same spellings, because they ask the same parser."""
+    from projections.report import parse_window
+    from scheduler.cli.live import _period_s
+    from scheduler.kube.mapping import _duration_ms
+
+    for text, ms in [("500ms", 500), ("90s", 90_000), ("1.5h", 5_400_000), ("1h30m", 5_400_000),
+                     ("2d", 172_800_000), ("1w", 604_800_000), ("45", 45_000)]:  # fmt: skip
+        assert parse_duration_ms(text) == ms
+        assert parse_window(text) * 1000 == ms
+        assert _period_s(text) * 1000 == ms
+        assert _duration_ms(text) == ms
+        if not text.isdigit():
+            assert parse_at(text, wall=False) == ms
+    for bad in ("", "h", "5x", "1h30", "-5s", "1e3s", "5 parsecs"):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration_ms(bad)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(["ms", "s", "m", "h", "d", "w"])), min_size=1, max_size=4))  # fmt: skip
+def test_a_sum_of_parts_is_the_sum_of_their_durations(parts: list[tuple[int, str]]) -> None:
+    text = "".join(f"{n}{unit}" for n, unit in parts)
+    assert parse_duration_ms(text) == sum(parse_duration_ms(f"{n}{unit}") for n, unit in parts)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -231,14 +230,16 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
-_PERIOD = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
-
-
 def _period_s(text: str) -> float:
-    m = _PERIOD.match(text)
-    if not m:
-        raise CliError(f"--every {text!r}: expected e.g. 500ms, 10s, 1m")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
+    from events.ledgertime import parse_duration_ms  # noqa: PLC0415
+
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as exc:
+        raise CliError(f"--every {exc}") from None
+    if ms <= 0:
+        raise CliError(f"--every {text!r}: expected a positive period, e.g. 500ms, 10s, 1m")
+    return ms / 1000
 
 
 def _clock(args: argparse.Namespace) -> int:

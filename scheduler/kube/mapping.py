@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from events.ledgertime import parse_duration_ms
 from events.model import (
     MILLI,
     NodeRegistered,
@@ -421,14 +422,10 @@ def _duration_ms(value: object) -> int:
         return 0
     if isinstance(value, int | float):
         return int(value * 1000)
-    total = Decimal(0)
-    units = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
-    parts = re.findall(r"([0-9.]+)(ms|s|m|h)", str(value))
-    if not parts or "".join(a + b for a, b in parts) != str(value):
-        raise ValueError(f"not a duration: {value!r}")
-    for amount, unit in parts:
-        total += Decimal(amount) * units[unit]
-    return int(total * 1000)
+    try:
+        return parse_duration_ms(str(value))
+    except ValueError:
+        raise ValueError(f"not a duration: {value!r}") from None
 
 
 def _resource(spec: Obj, name: str) -> Obj:
