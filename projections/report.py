@@ -30,6 +30,7 @@ __all__ = [
     "Unit",
     "compare_reports",
     "format_duration",
+    "format_number",
     "format_value",
     "full_report",
     "parse_window",
@@ -137,12 +138,47 @@ def _resolve(column: Column, value: Any) -> Unit:
     return "text"
 
 
+def format_number(value: float) -> str:
+    """A measured number as people read it, never in scientific notation: thousands
+    grouped without decimals from 1,000 (``22,050``), then 1 decimal from 100 (``123.4``),
+    2 from 1 (``12.35``), 3 below (``0.325``), and ``<0.001`` for what is not zero but
+    would round to it (a ratio of 7e-07)."""
+    v = float(value)
+    a = abs(v)
+    if a == 0 or a != a:  # zero, or NaN
+        return "0" if a == 0 else "NaN"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a >= 0.0005:
+        return f"{v:.3f}"
+    return f"{'-' if v < 0 else ''}<0.001"
+
+
+def _raw(value: Any) -> str:
+    """A SQL value as ``sql`` shows it in a table: floats to 10 significant digits (no
+    binary noise such as 0.03149972222222222), booleans as true/false, NULL spelt out."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)  # 60.0, 0.5: as written
+        return text if len(text) <= 12 else f"{value:.10g}"
+    return str(value)
+
+
 def format_value(value: Any, unit: Unit) -> str:
     """One cell's text. ``None`` is ``-`` (``NULL`` for ``raw``)."""
     if unit == "raw":
-        return "NULL" if value is None else str(value)
+        return _raw(value)
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     match unit:
         case "duration":
             return format_duration(float(value))
@@ -152,7 +188,7 @@ def format_value(value: Any, unit: Unit) -> str:
         case "count":
             return str(int(value))
         case "number":
-            return f"{value:.4g}" if isinstance(value, float) else str(value)
+            return format_number(value) if isinstance(value, float) else f"{value:,}"
         case _:
             return str(value)
 

@@ -273,3 +273,19 @@ def test_jsonl_export_projects_like_the_ledger(tmp_path: Path, jsonl_ledger: Pat
     direct = tmp_path / "direct.duckdb"
     project(history({"a": [10, 20, 30], "b": [60]}, preempt="a-0"), direct)
     assert tenant_report(direct) == rows  # the exported ledger projects identically
+
+
+def test_numbers_read_as_people_read_them() -> None:
+    """No scientific notation, no binary noise, no Python spellings in a table."""
+    from projections.report import Column, format_number, render_table
+
+    assert [format_number(v) for v in (22050.4, 123.45, 12.345, 0.3249, 7.005e-07, 0.0, -2.5)] == [
+        "22,050", "123.5", "12.35", "0.325", "<0.001", "0", "-2.50"
+    ]  # fmt: skip
+    table = render_table(
+        [{"ratio": 1.951e-05, "big": 2.205e04, "ok": False, "x": 0.03149972222222222}],
+        ["ratio", "big", "ok", Column("x", "x", "raw")],
+    )
+    assert "e-0" not in table and "e+0" not in table and "False" not in table
+    assert "<0.001" in table and "22,050" in table and "no" in table.split()
+    assert "0.03149972222" in table and "0.03149972222222222" not in table
