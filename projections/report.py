@@ -9,6 +9,7 @@ No dependencies beyond DuckDB: the output must render the same on any terminal.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -145,8 +146,10 @@ def format_number(value: float) -> str:
     would round to it (a ratio of 7e-07)."""
     v = float(value)
     a = abs(v)
-    if a == 0 or a != a:  # zero, or NaN
-        return "0" if a == 0 else "NaN"
+    if math.isnan(v):
+        return "NaN"
+    if a == 0:
+        return "0"
     if a >= 1000:
         return f"{v:,.0f}"
     if a >= 100:
