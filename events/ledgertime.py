@@ -24,6 +24,7 @@ __all__ = [
     "WALL_CLOCK_FROM_MS",
     "clock_of",
     "format_at",
+    "format_duration",
     "is_wall_clock",
     "offset_at",
     "parse_at",
@@ -72,6 +73,21 @@ def format_at(at_ms: int | float | None, wall: bool) -> str:
     minutes, seconds = divmod(rest, 60)
     clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
     return f"+{days}d {clock}" if days else f"+{clock}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds in the largest unit that keeps them readable: 850ms, 12.3s, 4.1m, 2.0h, 3.5d."""
+    if seconds is None:
+        return "-"
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    # Compare the ROUNDED value with each limit, so 59.97 s shows as 1.0m, not 60.0s.
+    if round(s * 1000) < 1000:
+        return f"{sign}{s * 1000:.0f}ms"
+    for divisor, suffix, limit in ((1, "s", 60), (60, "m", 60), (3600, "h", 24)):
+        if round(s / divisor, 1) < limit:
+            return f"{sign}{s / divisor:.1f}{suffix}"
+    return f"{sign}{s / 86400:.1f}d"
 
 
 def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from events.ledgertime import format_at, is_wall_clock, parse_duration_ms
+from events.ledgertime import format_at, format_duration, is_wall_clock, parse_duration_ms
 from projections.projector import connect
 from projections.views import HANDFUL, JOB_AGGREGATES, SLO_RATIO, WAIT_THRESHOLD_S
 
@@ -106,21 +106,6 @@ _NUMERIC_UNITS = frozenset({"count", "number", "duration", "hours"})
 
 
 # --------------------------------------------------------------------------- formatting
-
-
-def format_duration(seconds: float | None) -> str:
-    """Seconds in the largest unit that keeps them readable: 850ms, 12.3s, 4.1m, 2.0h, 3.5d."""
-    if seconds is None:
-        return "-"
-    sign = "-" if seconds < 0 else ""
-    s = abs(seconds)
-    # Compare the ROUNDED value with each limit, so 59.97 s shows as 1.0m, not 60.0s.
-    if round(s * 1000) < 1000:
-        return f"{sign}{s * 1000:.0f}ms"
-    for divisor, suffix, limit in ((1, "s", 60), (60, "m", 60), (3600, "h", 24)):
-        if round(s / divisor, 1) < limit:
-            return f"{sign}{s / divisor:.1f}{suffix}"
-    return f"{sign}{s / 86400:.1f}d"
 
 
 def _resolve(column: Column, value: Any) -> Unit:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from events.codec import DecodeError, decode_event
+from events.ledgertime import format_at, format_duration, is_wall_clock
 from scheduler.core import State, apply, fair_shares, gpus
 from scheduler.core.state import ACTIVE, PENDING, TERMINAL
 
@@ -66,7 +67,8 @@ def describe(state: State, last_offset: int) -> StateView:
     used = sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) // 1000
     snap = StateView(
         headline=(
-            f"at t={now / 1000:g}s (through offset {last_offset}): {len(state.nodes)} nodes, "
+            f"at {format_at(now, is_wall_clock(now))} (through offset {last_offset}): "
+            f"{len(state.nodes)} nodes, "
             f"{capacity} schedulable GPUs, {used} allocated; policy {state.policy} "
             f"(revision {state.config.revision})"
         ),
@@ -99,7 +101,7 @@ def describe(state: State, last_offset: int) -> StateView:
                     "status": job.status,
                     "gpus": gpus(sum(s.milli for p in job.placements.values() for s in p.gpus)),
                     "nodes": ",".join(nodes[:4]) + ("…" if len(nodes) > 4 else ""),
-                    "for": f"{(now - since) / 1000:g}s" if since is not None else "-",
+                    "for": format_duration((now - since) / 1000) if since is not None else "-",
                 }
             )
         elif job.status == PENDING:
@@ -108,7 +110,7 @@ def describe(state: State, last_offset: int) -> StateView:
                     "job": job.job,
                     "queue": job.queue,
                     "gpus": gpus(job.request[0]),
-                    "waiting": f"{(now - job.submitted_at) / 1000:g}s",
+                    "waiting": format_duration((now - job.submitted_at) / 1000),
                     "cause": job.cause or "-",
                     "reason": job.reason or "not yet considered",
                 }

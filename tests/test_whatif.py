@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +123,8 @@ def test_state_at_a_time_shows_queues_running_and_pending_with_reasons(
     capsys.readouterr()
     assert main(["state", "--ledger", str(demo_ledger), "--at", "6h"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("at t=21600s")
+    assert out.startswith("at +06:00:00")
+    assert not re.search(r"\b\d{3,}(\.\d+)?s\b", out)  # "for 5.0h", never "for 18000s"
     assert "flagship-finetune" in out and "fair_share" in out
     assert main(["state", "--ledger", str(demo_ledger), "--at", "40"]) == 0
     early = capsys.readouterr().out
