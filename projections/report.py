@@ -333,9 +333,11 @@ SLO_COLUMNS: tuple[Column, ...] = (
 WEEKLY_COLUMNS: tuple[Column, ...] = (
     Column("queue_path", "queue", "text"),
     Column("week", unit="count"),
-    Column("preemptions", "preempt", "count"),
-    Column("reclaims", unit="count"),
-    Column("preempts", unit="count"),
+    Column("preemptions", "all", "count"),
+    Column("reclaims", "reclaim", "count"),
+    Column("preempts", "preempt", "count"),
+    Column("backfills", "backfill", "count"),
+    Column("other_rules", "other", "count"),
     Column("preemptor_queues", "by queues", "text"),
     Column("lost_gpu_hours", "lost GPU-h", "hours"),
     Column("more_than_a_handful", "> handful", "text"),
@@ -433,6 +435,8 @@ def full_report(con: Any, window_s: float | None = None) -> dict[str, Any]:
         "SELECT p.queue, coalesce(q.path, p.queue) AS queue_path, p.at_ms // 604800000 AS week, "  # noqa: S608  # HANDFUL is a constant
         "count(*) AS preemptions, count(*) FILTER (WHERE rule = 'reclaim') AS reclaims, "
         "count(*) FILTER (WHERE rule = 'preempt') AS preempts, "
+        "count(*) FILTER (WHERE rule = 'backfill') AS backfills, "
+        "count(*) FILTER (WHERE rule NOT IN ('reclaim', 'preempt', 'backfill')) AS other_rules, "
         "string_agg(DISTINCT preemptor_queue, ',' ORDER BY preemptor_queue) AS preemptor_queues, "
         "sum(lost_gpu_ms) / 3600000 AS lost_gpu_hours, "
         f"count(*) > {HANDFUL} AS more_than_a_handful "

@@ -158,7 +158,9 @@ VIEW_DDL: tuple[str, ...] = (
            count(*) AS preemptions,
            count(*) FILTER (WHERE p.rule = 'reclaim') AS reclaims,
            count(*) FILTER (WHERE p.rule = 'preempt') AS preempts,
-           count(*) FILTER (WHERE p.rule NOT IN ('reclaim', 'preempt')) AS other_rules,
+           count(*) FILTER (WHERE p.rule = 'backfill') AS backfills,
+           count(*) FILTER (WHERE p.rule NOT IN ('reclaim', 'preempt', 'backfill'))
+               AS other_rules,
            count(DISTINCT p.job) AS jobs_preempted,
            sum(p.lost_gpu_ms) / 3600000 AS lost_gpu_hours,
            string_agg(DISTINCT p.preemptor_queue, ',' ORDER BY p.preemptor_queue)

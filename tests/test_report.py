@@ -289,3 +289,28 @@ def test_numbers_read_as_people_read_them() -> None:
     assert "e-0" not in table and "e+0" not in table and "False" not in table
     assert "<0.001" in table and "22,050" in table and "no" in table.split()
     assert "0.03149972222" in table and "0.03149972222222222" not in table
+
+
+def test_weekly_preemptions_by_rule_add_up(tmp_path: Path) -> None:
+    """Every preemption counts under one rule (backfill's too), in the view and the report."""
+    from events.filelog import FileLedger, LedgerDirReader
+    from projections.projector import connect
+    from replay.examples import simulate
+
+    with FileLedger.open(tmp_path / "ledger") as writer:
+        simulate("backfill", "gpuledger", writer)
+    project(LedgerDirReader(tmp_path / "ledger"), tmp_path / "h.duckdb")
+    con = connect(tmp_path / "h.duckdb", read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT sum(preemptions), sum(reclaims + preempts + backfills + other_rules), "
+            "sum(backfills) FROM preemptions_weekly"
+        ).fetchone()
+        from projections.report import full_report
+
+        report = full_report(con)
+    finally:
+        con.close()
+    assert rows is not None and rows[0] == rows[1] and rows[2] > 0
+    for r in report["preemptions_weekly"]:
+        assert r["preemptions"] == r["reclaims"] + r["preempts"] + r["backfills"] + r["other_rules"]
