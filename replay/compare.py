@@ -252,13 +252,28 @@ def table(runs: Sequence[Run]) -> str:
         for run in runs
     ]
     text = [
+        "Per tenant and policy: times to ready (TTR) and to done, from submission",
         render_table(rows, columns),
+        "  done/day: jobs finished per day of the run; idle GPU-h: GPUs held but not running",
         "",
+        "Per policy",
         summary_table(runs),
+        "  lost %: work thrown away by preemption over all GPU time allocated; idle-fit min:",
+        "  minutes with free GPUs while a job that fits them waited (by rule min: of those,",
+        "  minutes its queue's limit or quota held every such job back)",
         "",
+        "Per queue: its demand against its deserved quota",
         demand_table(runs),
+        "  demand (if every job ran from its submission): within (never above its quota),",
+        "  bursts (within on average, above at times) or borrows (above on average);",
+        "  X/fifo: a policy's p90 wait over fifo's (below 1: shorter)",
         "",
+        "Per queue and gang policy: how much of the waiting its deserved quota explains",
         share_table(runs),
+        "  % wait at share: the part of the queue's waiting while starting the job would have",
+        "  taken it above its deserved quota; p90 within share: p90 of each job's waiting",
+        "  otherwise (what the quota does not explain); within/fifo p90: that over fifo's p90",
+        "  wait (below 1: shorter)",
     ]
     return "\n".join(text)
 

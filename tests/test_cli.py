@@ -162,3 +162,19 @@ def test_schema_prints_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "workload"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert "WorkloadFile" in schema["$defs"]
+
+
+def test_example_tables_have_titles_and_legends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["example", "fintech", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for title in (
+        "Per tenant and policy",
+        "Per policy",
+        "Per queue: its demand against its deserved quota",
+        "Per queue and gang policy",
+    ):
+        assert f"\n{title}" in out, title
+    for legend in ("done/day:", "lost %:", "X/fifo:", "within/fifo p90:"):
+        assert legend in out, legend
