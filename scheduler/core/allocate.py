@@ -413,7 +413,7 @@ def _no_room_left(s: Session, queue: Queue) -> bool:
     behind its blocked head would try each of them in vain (it decides nothing), so a
     congested cycle costs the queues' heads, not their whole backlogs."""
     if s.free_gpu is None:
-        s.free_gpu = sum(n.free_gpu_milli for n in s.state.nodes.values() if not n.cordoned)
+        s.free_gpu = s.state.free_schedulable()
     if s.free_gpu > 0:
         return False
     gpuless = s.gpuless.get(queue.name)

@@ -200,7 +200,7 @@ def reserve_sizes(
     (with no job backfilled under it).
     """
     index = state.free_index()
-    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    free = state.free_schedulable()
     bound = index.slots_at_most(size)
     counts = sorted(gangs)
     found: dict[tuple[object, ...], Reservation | None] = {
@@ -329,7 +329,7 @@ def reservation_for(
     very reservation give way when it starts, so their nodes count as free from the
     outset, or every backfill would push the reservation later.
     """
-    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    free = state.free_schedulable()
     with Statement(state.nodes, index=state.free_index()) as stmt:
         given_way: dict[str, None] = {}
         for other in backfilled_under(job, victims):

@@ -339,12 +339,16 @@ def _pod_mismatch(state: State, pod: PodSpec, fitted: int, rest: int) -> str | N
     """``pod``, the first of the gang without a node after ``fitted`` others took theirs:
     if the free GPUs could hold the ``rest`` of the gang, what rules them out (None: too
     few GPUs are free, a plain shortage)."""
-    nodes = [n for n in state.nodes.values() if not n.cordoned]
-    free = sum(n.free_gpu_milli for n in nodes)
-    if free < rest:
+    # The free total and the nodes with room from the free index (the order of ``roomy``
+    # decides nothing: only whether some node passes each test below).
+    if state.free_schedulable() < rest:
         return None
     need = effective_gpu_milli(pod, True)
-    roomy = [n for n in nodes if _gpu_room(n, need)]
+    roomy = [
+        node
+        for node in (state.nodes[name] for name in state.free_index().ascending(need))
+        if not node.cordoned and _gpu_room(node, need)
+    ]
     lead = f"pod '{pod.name}' ({gpus(need)} GPUs, {fitted} pods of the gang placed before it)"
     if not roomy:
         # (no amounts free: they change with every job, and the reason with them)

@@ -102,6 +102,8 @@ class _Entry:
     held: int
     under: str
     """The reservation holder it was backfilled under ("" for none)."""
+    preemptible: bool = False
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -133,6 +135,11 @@ class RunningIndex:
     spots: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     """job -> (node, milli-GPUs) of each of its pods holding GPUs (every indexed job)."""
     entries: dict[str, _Entry] = field(default_factory=dict)
+    priorities: dict[str, dict[int, int]] = field(default_factory=dict)
+    """PROTO leaf -> priority -> how many of its preemptible indexed jobs have it."""
+    reclaimed: dict[str, dict[str, int]] = field(default_factory=dict)
+    """PROTO leaf -> job -> reclaimed_at, of its preemptible indexed jobs that started by
+    reclaiming (the only victims reclaim's hysteresis can protect)."""
 
     @classmethod
     def of(cls, state: State) -> RunningIndex:
@@ -189,13 +196,22 @@ class RunningIndex:
                 victim = "group"
                 key = (-job.started_at, -job.seq, job_id)
                 insort(self.groups.setdefault(leaf, {}).setdefault(held, []), key)
+        if job.preemptible:
+            counts = self.priorities.setdefault(leaf, {})
+            counts[job.priority] = counts.get(job.priority, 0) + 1
+            if job.reclaimed_at is not None:
+                self.reclaimed.setdefault(leaf, {})[job_id] = job.reclaimed_at
         under = job.backfill_for if job.preemptible else ""
         if under:
             self.under.setdefault(under, {})[job_id] = None
-        self.entries[job_id] = _Entry(end, leaf, victim, key, held, under)
+        self.entries[job_id] = _Entry(
+            end, leaf, victim, key, held, under, job.preemptible, job.priority
+        )
 
     def remove(self, job_id: str) -> None:
         entry = self.entries.pop(job_id)
+        if entry.preemptible:
+            self._forget_preemptible(job_id, entry)
         del self.held[job_id]
         del self.spots[job_id]
         if entry.end is None:
@@ -293,6 +309,21 @@ class RunningIndex:
         """The preemptible jobs of these leaves, cheapest victim first."""
         streams = [it for leaf in leaves for _, it in self.victims(state, leaf)]
         return iter(streams[0]) if len(streams) == 1 else heapq.merge(*streams)
+
+    def _forget_preemptible(self, job_id: str, entry: _Entry) -> None:
+        """Take a preemptible job out of ``priorities`` and ``reclaimed``."""
+        counts = self.priorities[entry.leaf]
+        counts[entry.priority] -= 1
+        if not counts[entry.priority]:
+            del counts[entry.priority]
+        found = self.reclaimed.get(entry.leaf)
+        if found is not None and found.pop(job_id, None) is not None and not found:
+            del self.reclaimed[entry.leaf]
+
+    def lowest_priority(self, leaf: str) -> int | None:
+        """PROTO The lowest priority of the leaf's preemptible jobs (None: it has none)."""
+        counts = self.priorities.get(leaf)
+        return min(counts) if counts else None
 
     def backfilled_under(self, state: State, holder: str) -> list[Job]:
         """Preemptible jobs backfilled under ``holder``'s reservation, in victim order."""

@@ -328,6 +328,8 @@ class State:
     tuning: Tuning = DEFAULT
     """The runner's shortcuts and bounds (``scheduler.core.tuning``): never folded, as no
     event sets them; a recorded ledger replays under ``DEFAULT``, tests construct others."""
+    cordoned_cache: tuple[int, list[Node]] = (-1, [])
+    """Cache: (topology, the cordoned nodes), for ``free_schedulable``."""
     skip_ids_cache: dict[tuple[object, ...], int] = field(default_factory=dict)
     """Cache: a number for each skip key seen (``allocate.skip_id``): the walk behind a
     blocked head compares numbers, not nested tuples."""
@@ -441,6 +443,18 @@ class State:
             self.free_index_cache = FreeIndex.of(self.nodes)
         return self.free_index_cache
 
+    def free_schedulable(self) -> int:
+        """Milli-GPUs free on the nodes that are not cordoned: the free index's total less
+        the cordoned nodes' (listed once per topology), not a sum over every node."""
+        total = self.free_index().total
+        version, cordoned = self.cordoned_cache
+        if version != self.topology:
+            cordoned = [n for n in self.nodes.values() if n.cordoned]
+            self.cordoned_cache = (self.topology, cordoned)
+        for node in cordoned:
+            total -= node.free_gpu_milli
+        return total
+
     def running_index(self) -> RunningIndex:
         """The running jobs by expected end and in victim order, built when first needed."""
         if self.running_cache is None:
@@ -479,6 +493,8 @@ class FreeIndex:
 
     buckets: dict[int, list[str]] = field(default_factory=dict)
     keys: list[int] = field(default_factory=list)
+    total: int = 0
+    """Free milli-GPUs summed over every indexed node (kept by ``move``)."""
 
     @classmethod
     def of(cls, nodes: dict[str, Node]) -> FreeIndex:
@@ -486,6 +502,7 @@ class FreeIndex:
         index = cls()
         for node in nodes.values():
             insort(index.buckets.setdefault(node.free_gpu_milli, []), node.name)
+            index.total += node.free_gpu_milli
         index.keys = sorted(index.buckets)
         return index
 
@@ -493,6 +510,7 @@ class FreeIndex:
         """A node's free GPUs went from ``old`` to ``new``."""
         if old == new:
             return
+        self.total += new - old
         bucket = self.buckets[old]
         del bucket[bisect_left(bucket, name)]
         if not bucket:

@@ -50,6 +50,12 @@ class Tuning:
     ceiling, and that choice is skipped when every victim within it could not make room
     together (``victims._by_node``; ``tests/test_node_by_node.py``)."""
 
+    budget_stops: bool = True
+    """Reclaim's pass over the victim order stops at the first victim dearer than the job's
+    lost-work budget once one was counted (none after it can be kept), and reads on only
+    when the node-by-node choice needs to know whether the bounds clipped it
+    (``victims._Take.settle``; ``tests/test_node_by_node.py``)."""
+
     # -- bounds: part of the policy's decisions -------------------------------------------
     backfill_tries: int = 64
     """Failed backfill attempts per queue and cycle before the queue stops looking further

@@ -50,6 +50,7 @@ class Victims:
 
     state: State
     held: dict[str, int] = field(default_factory=dict)
+    lost_memo: dict[tuple[str, int, int], int] = field(default_factory=dict)
 
     def streams(self, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's victims as sorted streams, each with the GPUs every job in it holds
@@ -69,6 +70,16 @@ class Victims:
         """(node, milli-GPUs) of each of the job's pods holding GPUs now."""
         found = self.state.running_index().spots.get(job.job)
         return gpu_spots(job) if found is None else found
+
+    def lost(self, job: Job) -> int:
+        """``lost_work(job, now)[0]``, worked out once per job and attempt in the cycle
+        (``now`` is fixed in it, and a victim's live pods change only by its eviction, which
+        ends the attempt or leaves it protected)."""
+        key = (job.job, job.attempt, len(job.finished))
+        found = self.lost_memo.get(key)
+        if found is None:
+            found = self.lost_memo[key] = lost_work(job, self.state.now)[0]
+        return found
 
     def held_gpu(self, job: Job) -> int:
         """Milli-GPUs the job holds now."""
@@ -213,7 +224,10 @@ def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     """Preemptible jobs of the same queue with strictly lower priority: least lost work
     first, or under ``victim_order: kai`` lower priority first, then newest."""
     state = s.state
-    found = []
+    found: list[Job] = []
+    lowest = state.running_index().lowest_priority(queue.name)
+    if lowest is None or lowest >= job.priority:
+        return Candidates(found)  # no victim of lower priority: none read, none woken
     for item in s.victims.of((queue.name,)):
         victim = item[4]
         if victim.priority >= job.priority:
@@ -304,7 +318,14 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     if not levels_of:
         return Candidates([])
     take = _Take(s, levels_of, tuple(t.resource for t in takers))
-    victims = take.run(together=True)
+    budget = NEVER
+    if s.tuning.budget_stops and s.state.config.victim_order != "kai":
+        budget = lost_work_budget(s.state, job) if budgeted(s, queue, job, "reclaim") else NEVER
+    victims = take.run(together=True, budget=budget)
+    if take.partial:
+        # Read up to the budget: whether it clipped is settled only if that matters
+        # (``make_room``, ``_Take.settle``).
+        return Candidates(victims, None, take.allows, take)
     if not take.clipped:
         return Candidates(victims)
     return Candidates(victims, lambda: take.run(together=False), take.allows, take)
@@ -383,8 +404,23 @@ class _Take:
     """Per victim taken alone (``together=False``): its levels and what they judge of it."""
     dearest: int = -1
     """The most work (GPU-ms) a victim taken together (``together=True``) loses; -1: none."""
+    partial: bool = False
+    """The together pass stopped past the lost-work budget before ``clipped`` was known;
+    ``settle`` reads on when it is needed."""
+    rest: (
+        tuple[
+            Iterator[tuple[VictimItem, list[Level], int]],
+            dict[tuple[str, int], int],
+            dict[tuple[str, int], int],
+            VictimItem,
+            list[Level],
+            int,
+        ]
+        | None
+    ) = None
+    """The suspended together pass (for ``settle``): its rows, counts and next row."""
 
-    def run(self, *, together: bool, ceiling: int | None = None) -> list[Job]:
+    def run(self, *, together: bool, ceiling: int | None = None, budget: int = NEVER) -> list[Job]:
         """The victims in order that may be taken: with ``together``, each while every
         level it counts against still has room after those before it; without, each as
         if it were the only one (``allows`` then judges a set). With a ``ceiling`` (the
@@ -400,19 +436,18 @@ class _Take:
         state = self.s.state
         stops = bounded and state.tuning.ceiling_stops and state.config.victim_order != "kai"
         rows = self._ordered(taken if together else zero, zero, gpus_only=stops)
+        cut = together and budget < NEVER and self._no_wakes()
         for item, levels, floor in rows:
+            if cut and item[0] > budget and self.dearest > budget:
+                self._suspend(rows, taken, zero, (item, levels, floor))
+                return allowed
             if bounded and (item[0] > limit or item[5] <= 0):
                 if stops and item[0] > limit:
                     break
                 continue
             victim = item[4]
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
-            if judged is None:
-                continue
-            if protected(victim, self.s.state.now, floor) or recently_reclaimed(
-                self.s.state, victim
-            ):
-                wake_when_free(self.s.state, victim, floor, hysteresis=True)
+            if judged is None or self._protected(victim, floor):
                 continue
             if not _within(levels, taken if together else zero, judged):
                 if together and _within(levels, zero, judged):
@@ -423,8 +458,81 @@ class _Take:
                 self.dearest = max(self.dearest, item[0])
             else:
                 self.judged[victim.job] = (levels, judged)
-            allowed.append(victim)
+            if item[0] <= budget:
+                allowed.append(victim)
         return allowed
+
+    def _protected(self, victim: Job, floor: int) -> bool:
+        """Whether min-runtime or hysteresis keeps ``victim`` now; if so, a cycle is asked
+        for when that ends."""
+        state = self.s.state
+        if protected(victim, state.now, floor) or recently_reclaimed(state, victim):
+            wake_when_free(state, victim, floor, hysteresis=True)
+            return True
+        return False
+
+    def _suspend(
+        self,
+        rows: Iterator[tuple[VictimItem, list[Level], int]],
+        taken: dict[tuple[str, int], int],
+        zero: dict[tuple[str, int], int],
+        row: tuple[VictimItem, list[Level], int],
+    ) -> None:
+        """Stop a together pass at ``row``: every victim from there on loses more than the
+        budget (victim order), a victim past it was taken together (so the node-by-node
+        ceiling is the budget), and none from there on can ask for a wake-up, so all that
+        is left to learn is ``clipped``, read on by ``settle`` if it is needed."""
+        if not self.clipped:
+            self.partial = True
+            self.rest = (rows, taken, zero, *row)
+
+    def _no_wakes(self) -> bool:
+        """No victim of the givers can be protected but by being placed in this cycle
+        (those lose no work, so come before any budget): no reclaim min-runtime, and no
+        job that started by reclaiming within the hysteresis window."""
+        state = self.s.state
+        window = state.config.reclaim_hysteresis_ms
+        index = state.running_index()
+        now = state.now
+        for leaf in self.levels_of:
+            if min_runtime(state, leaf, "reclaim") > 0:
+                return False
+            if window > 0:
+                found = index.reclaimed.get(leaf)
+                if found and any(now - at < window for at in found.values()):
+                    return False
+        return True
+
+    def settle(self) -> bool:
+        """``clipped``, reading the rest of a partial together pass (it only learns)."""
+        if not self.partial or self.rest is None:
+            return self.clipped
+        rows, taken, zero, item, levels, floor = self.rest
+        self.partial = False
+        self.rest = None
+        first = True
+        while not self.clipped:
+            if not first:
+                nxt = next(rows, None)
+                if nxt is None:
+                    break
+                item, levels, floor = nxt
+            first = False
+            victim = item[4]
+            judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
+            if judged is None:
+                continue
+            if protected(victim, self.s.state.now, floor) or recently_reclaimed(
+                self.s.state, victim
+            ):
+                continue  # (``_no_wakes``: cannot happen)
+            if not _within(levels, taken, judged):
+                if _within(levels, zero, judged):
+                    self.clipped = True
+                continue
+            _count(levels, taken, judged)
+            self.dearest = max(self.dearest, item[0])
+        return self.clipped
 
     def allows(self, victims: list[Job]) -> bool:
         """Whether these victims (from ``run(together=False)``) may be taken together: the
@@ -483,8 +591,8 @@ class _Take:
         for leaf, levels in self.levels_of.items():
             floor = min_runtime(state, leaf, "reclaim")
             for same, stream in self.s.victims.streams(leaf):
-                if gpus_only and same is not None and same <= 0:
-                    continue
+                if (gpus_only or self.reclaimed == (0,)) and same is not None and same <= 0:
+                    continue  # its jobs hold no GPU: none frees what a GPU-only job asks
                 first = next(stream, None)
                 if first is not None:
                     shortcut = -1 if same is None or same <= 0 or 0 not in self.reclaimed else same
@@ -746,7 +854,7 @@ def make_room(
         job,
         allowed,
         gang_demand(job, stmt.fractional),
-        sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned),
+        state.free_schedulable(),
         must_free,
     )
     # Where reclaim's shared bounds stopped the victim order short and it could not make
@@ -762,7 +870,13 @@ def make_room(
         budget = lost_work_budget(state, job) if budgeted(s, queue, job, rule.name) else NEVER
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
-        if kept is None and found.wider is not None and found.allows is not None:
+        if kept is None and found.take is not None and found.take.partial:
+            # Budgeted (so no ``wider``): the node-by-node choice is all that ``clipped``
+            # gates, and its ceiling is the budget; settle ``clipped`` only if it would run.
+            pre = _by_node_precheck(room, found.take, budget) if job.request[0] > 0 else None
+            if pre and found.take.settle():
+                kept = _by_node(room, found, found.take, pre, budget)  # read already
+        elif kept is None and found.wider is not None and found.allows is not None:
             wider = found.wider() if budgetless else None
             if wider is not None:
                 kept = _try_rule(room, wider, budget, found.allows)
@@ -788,7 +902,7 @@ def _try_rule(
     state = room.state
     stmt = room.stmt
     if budget < NEVER:
-        candidates = [v for v in candidates if lost_work(v, state.now)[0] <= budget]
+        candidates = [v for v in candidates if room.victims.lost(v) <= budget]
     if not candidates or not room.could_fit(candidates):
         return None  # even with every candidate evicted the gang could not fit
     point = stmt.checkpoint()
@@ -801,7 +915,7 @@ def _try_rule(
         one = _one_instead(room, candidates, kept, point)
         if one is not None:
             return one
-    if (budget < NEVER and sum(lost_work(v, state.now)[0] for v in kept) > budget) or (
+    if (budget < NEVER and sum(room.victims.lost(v) for v in kept) > budget) or (
         allows is not None and not allows(kept)
     ):
         stmt.rollback(point)  # the start would cost more than the job has waited, or the
@@ -816,7 +930,6 @@ def _by_node(
     make room at all (``_Room.could_fit`` only grows with the victims, and the nodes'
     victims are among them): the victims allowed alone (from ``wider`` when it was read
     whole) that ``_node_ceiling_allows``."""
-    now = room.state.now
     ceiling = min(budget, take.dearest)
     guaranteed = budget >= NEVER
     if wider is None:
@@ -824,18 +937,14 @@ def _by_node(
     else:
         candidates = wider
     victims = room.victims
-    candidates = [
-        v for v in candidates if _node_ceiling_allows(victims, v, now, ceiling, guaranteed)
-    ]
+    candidates = [v for v in candidates if _node_ceiling_allows(victims, v, ceiling, guaranteed)]
     if room.state.tuning.ceiling_stops and (not candidates or not room.could_fit(candidates)):
         return None
     by_node = _node_by_node(room, candidates, NEVER if guaranteed else ceiling, take)
     return _try_rule(room, by_node, budget, found.allows)
 
 
-def _node_ceiling_allows(
-    victims: Victims, v: Job, now: int, ceiling: int, guaranteed: bool
-) -> bool:
+def _node_ceiling_allows(victims: Victims, v: Job, ceiling: int, guaranteed: bool) -> bool:
     """Whether the node-by-node choice may take ``v``: when it loses no more work than
     ``ceiling`` (the dearest victim the victim order counted, or the lost-work budget if
     less); and, for reclaim within the job's deserved quota (``guaranteed``: no lost-work
@@ -843,9 +952,19 @@ def _node_ceiling_allows(
     room then costs only what is on that node, and the cheapest nodes are taken first. A
     gang spanning nodes stays within the ceiling there: it is evicted whole (all or
     nothing across its pods), throwing away its pods on nodes the job does not need."""
-    if lost_work(v, now)[0] <= ceiling:
+    if victims.lost(v) <= ceiling:
         return True
     return guaranteed and len({n for n, m in victims.spots(v) if m > 0}) <= 1
+
+
+def _by_node_precheck(room: _Room, take: _Take, budget: int) -> list[Job] | None:
+    """``_by_node``'s first test, which does not depend on ``clipped``: its candidates
+    (within the ceiling) when together they could make room, else None."""
+    ceiling = min(budget, take.dearest)
+    candidates = take.run(together=False, ceiling=ceiling)
+    if not room.state.tuning.ceiling_stops or (candidates and room.could_fit(candidates)):
+        return candidates
+    return None
 
 
 def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) -> list[Job]:
@@ -865,9 +984,8 @@ def _node_by_node(room: _Room, candidates: list[Job], budget: int, take: _Take) 
     then evicts them in this order until the gang fits and keeps only those its
     placement needs.
     """
-    now = room.state.now
-    by_id = {v.job: v for v in candidates if budget >= NEVER or lost_work(v, now)[0] <= budget}
-    cost = {job_id: lost_work(v, now)[0] for job_id, v in by_id.items()}
+    by_id = {v.job: v for v in candidates if budget >= NEVER or room.victims.lost(v) <= budget}
+    cost = {job_id: room.victims.lost(v) for job_id, v in by_id.items()}
     blockers = _freeable_nodes(room, by_id)
     where: dict[str, list[str]] = {}  # job -> the ranked nodes it holds GPUs on
     for name, job_id in ((n, j) for n, holders in blockers.items() for j in holders):
@@ -940,13 +1058,12 @@ def _one_instead(
     so the fewest victims and the least lost work together. The candidates are read
     while they lose no more than ``kept`` (they come cheapest first); None: keep ``kept``
     (the statement is then rolled back to ``point``; the caller's placements stand)."""
-    now = room.state.now
-    cost = sum(lost_work(v, now)[0] for v in kept)
+    cost = sum(room.victims.lost(v) for v in kept)
     single = kept[0].job if len(kept) == 1 else None
     stmt = room.stmt
     tries = 0
     for victim in candidates:
-        lost = lost_work(victim, now)[0]
+        lost = room.victims.lost(victim)
         if lost > cost or tries >= room.state.tuning.one_instead_tries:
             break
         if single is not None and lost >= cost:
