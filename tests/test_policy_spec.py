@@ -1492,6 +1492,22 @@ _FRAGMENTED = (  # v2 on n2 and 4 free there; n1 and n3 half held by non-preempt
 
 CONSOLIDATION = [
     case(
+        # g's first pod has finished: moved (requeued), it would need both pods placed
+        # again, and consolidation places only live ones; so it is not moved, and the
+        # non-preemptible job waits (before, g was requeued holding one pod, and a later
+        # cycle could loop on it forever)
+        "a-gang-with-a-finished-pod-is-never-moved",
+        _SPREAD_PAIR,
+        (0, job("g", "a", pods=2, gpus=2, min_members=1, placement="spread")),
+        (1, started("g")),
+        (2, PodFinished(job="g", pod="g-0")),
+        (3, job("p", "a", gpus=4, placement="spread", cls="build", preemptible=False)),
+        (4, job("whole", "a", gpus=8, cls="build", preemptible=False)),
+        then={"preempted": [], "placed": [], "status": {"g": "running", "whole": "pending"}},
+        consolidation=True,
+        preempt=False,
+    ),
+    case(
         # neither p1 nor p2 has started, so neither loses work: the newer one, p2, moves
         "a-preemptible-job-moves-to-fit-a-gang",
         _SPREAD_PAIR,

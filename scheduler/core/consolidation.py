@@ -24,10 +24,12 @@ def consolidate(
     not need to move and is left out."""
     if sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned) < job.request[0]:
         return None, []  # not fragmentation: there is not enough free GPU in total
+    # A job some of whose pods have finished is never moved: requeued, it would need every
+    # pod placed again (its finished ones included), and only its live pods are placed here.
     candidates = [
         item[4]
         for item in victims.of(q.name for q in state.leaf_queues())
-        if may_take(state, item[4], "preempt")
+        if not item[4].finished and may_take(state, item[4], "preempt")
     ]
     start = stmt.checkpoint()
     moved: list[Job] = []
