@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_console import GPULEDGER
+from tests.test_console import GPULEDGER, Server
 
 pytestmark = pytest.mark.slow
 
@@ -63,23 +63,12 @@ class Inotify:
         os.close(self.fd)
 
 
-class Console:
-    """A ``gpuledger serve`` subprocess with the given SQL options."""
+class Console(Server):
+    """A ``gpuledger serve`` subprocess on its own database, with the given SQL options."""
 
     def __init__(self, ledger: Path, db: Path, *args: str) -> None:
         self.db = db
-        self.proc = subprocess.Popen(
-            [GPULEDGER, "serve", "--ledger", str(ledger), "--db", str(db), *LOCAL, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "console on " not in line:
-            self.stop()
-            raise AssertionError(f"serve did not start: {line!r}")
-        self.url = line.split("console on ", 1)[1].split()[0]
+        super().__init__("--ledger", str(ledger), "--db", str(db), *args)
 
     def sql(self, query: str) -> tuple[int, dict[str, Any]]:
         request = urllib.request.Request(
@@ -92,15 +81,6 @@ class Console:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
