@@ -322,13 +322,16 @@ def compare_reports(
 
 SLO_COLUMNS: tuple[Column, ...] = (
     Column("queue_path", "queue", "text"),
-    Column("evaluated", "windows", "count"),
+    Column("windows", unit="count"),
+    Column("evaluated", unit="count"),
     Column("breached", unit="count"),
     Column("noisy", unit="count"),
     Column("worst_ratio", "worst p90/p50", "number"),
     Column("last_breach_end_s", "last breach ends", "duration"),
 )
-"""The fairness-SLO section of ``gpuledger report`` (24 h windows, p90 ≤ 1.5 × p50)."""
+"""The fairness-SLO section of ``gpuledger report`` (24 h windows, p90 ≤ 1.5 × p50): the
+windows, those with enough completions to judge (evaluated), and of those the breached,
+as the console's Tenants page shows them."""
 
 WEEKLY_COLUMNS: tuple[Column, ...] = (
     Column("queue_path", "queue", "text"),

@@ -314,3 +314,27 @@ def test_weekly_preemptions_by_rule_add_up(tmp_path: Path) -> None:
     assert rows is not None and rows[0] == rows[1] and rows[2] > 0
     for r in report["preemptions_weekly"]:
         assert r["preemptions"] == r["reclaims"] + r["preempts"] + r["backfills"] + r["other_rules"]
+
+
+def test_the_slo_table_counts_windows_as_the_console_does(tmp_path: Path) -> None:
+    """`report`'s SLO table has the console's columns: all windows, those evaluated (enough
+    completions to judge), breached; not the evaluated ones under the title "windows"."""
+    from events.filelog import FileLedger, LedgerDirReader
+    from projections.projector import connect
+    from projections.report import SLO_COLUMNS, full_report
+    from replay.examples import simulate
+
+    with FileLedger.open(tmp_path / "ledger") as writer:
+        simulate("demo", "gpuledger", writer)
+    project(LedgerDirReader(tmp_path / "ledger"), tmp_path / "h.duckdb")
+    con = connect(tmp_path / "h.duckdb", read_only=True)
+    try:
+        slo = full_report(con)["slo"]
+    finally:
+        con.close()
+    assert [c.title for c in SLO_COLUMNS][1:4] == ["windows", "evaluated", "breached"]
+    table = render_table(slo, SLO_COLUMNS)
+    for row in slo:
+        assert row["windows"] >= row["evaluated"] >= row["breached"]
+        cells = line_of(table, row["queue_path"])
+        assert cells[1:3] == [str(row["windows"]), str(row["evaluated"])]
