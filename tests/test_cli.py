@@ -178,3 +178,27 @@ def test_example_tables_have_titles_and_legends(
         assert f"\n{title}" in out, title
     for legend in ("done/day:", "lost %:", "X/fifo:", "within/fifo p90:"):
         assert legend in out, legend
+
+
+def test_demo_ends_with_commands_that_run_as_printed(tmp_path: Path) -> None:
+    """`make demo` does not activate its virtualenv: the closing lines name the command by a
+    path that runs from where the demo ran, not a bare `gpuledger` that is not on PATH."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "gpuledger"
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(exe), "demo", "--out", str(tmp_path / "demo")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = done.stdout.split("Next:\n", 1)[1].splitlines()
+    assert lines and all(not line.strip().startswith("gpuledger ") for line in lines)
+    for line in lines[:3]:  # replay --verify, report, sql (serve would not return)
+        argv = shlex.split(line.split("#", 1)[0])
+        ran = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
+        assert ran.returncode == 0, (line, ran.stderr)

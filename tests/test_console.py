@@ -353,6 +353,29 @@ def test_every_page_renders(server: Server, page: Any) -> None:
     assert page.locator("section.node").count() == len(server.get("/api/nodes"))
 
 
+def test_charts_read_as_the_tables_do(server: Server, page: Any) -> None:
+    """Time axes in the unit that fits (the fintech run's waits run to hours, not 12,000
+    seconds), and each queue's fair-share line in the colour of its allocated line."""
+    if not CHART_JS.exists():
+        pytest.fail("Chart.js is missing: scripts/console-assets.sh puts it in place")
+    page.goto(f"{server.url}/tenants")
+    page.wait_for_function("window.Chart && Chart.getChart('chart-ttr') !== undefined")
+    unit = page.evaluate("Chart.getChart('chart-ttr').options.scales.y.title.text")
+    largest = page.evaluate(
+        "Math.max(...Chart.getChart('chart-ttr').data.datasets.flatMap(d => d.data.map(v => v || 0)))"
+    )
+    assert unit in ("minutes", "hours", "days") and largest < 200
+    pairs = page.evaluate(
+        "Chart.getChart('chart-alloc').data.datasets.map(d => [d.label, d.borderColor])"
+    )
+    colour = dict(pairs)
+    queues = {label.rsplit(" ", 1)[0] for label, _ in pairs}
+    assert len(queues) > 1
+    for queue in queues:
+        assert colour[f"{queue} allocated"] == colour[f"{queue} fair"]
+    assert len({colour[f"{q} allocated"] for q in queues}) == len(queues)
+
+
 def test_page_numbers_equal_sql(server: Server, page: Any, ledger: Path, tmp_path: Path) -> None:
     rows = _sql(
         ledger,

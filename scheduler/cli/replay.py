@@ -488,12 +488,29 @@ def _demo(args: argparse.Namespace) -> int:
     print(compare_reports(dbs))
     print()
     print("Next:")
-    print(f"  gpuledger replay --ledger {out / 'gpuledger' / 'ledger'} --verify")
-    print(f"  gpuledger report --db {dbs['gpuledger']}")
+    exe = _runnable_name()
+    print(f"  {exe} replay --ledger {out / 'gpuledger' / 'ledger'} --verify")
+    print(f"  {exe} report --db {dbs['gpuledger']}")
     query = "SELECT * FROM tenant_percentiles"
-    print(f'  gpuledger sql --db {dbs["gpuledger"]} "{query}"')
-    print(f"  gpuledger serve --ledger {out / 'gpuledger' / 'ledger'}   # the live web console")
+    print(f'  {exe} sql --db {dbs["gpuledger"]} "{query}"')
+    print(f"  {exe} serve --ledger {out / 'gpuledger' / 'ledger'}   # the live web console")
     return 0
+
+
+def _runnable_name() -> str:
+    """How to type this command so that it runs from here: ``gpuledger`` when that is the
+    one on PATH, else the path it was started by (``.venv/bin/gpuledger`` after
+    ``make demo``, whose virtualenv is not activated)."""
+    started = Path(sys.argv[0])
+    on_path = shutil.which("gpuledger")
+    if started.name != "gpuledger" or (
+        on_path is not None and Path(on_path).resolve() == started.resolve()
+    ):
+        return "gpuledger"
+    try:
+        return str(started.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(started.resolve())
 
 
 def _run_compare(

@@ -5,6 +5,17 @@
 "use strict";
 
 const charts = [];
+// One colour per queue, the same for its allocated and its fair line.
+const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+  "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+
+// Seconds on an axis in the unit that fits the largest value (as the tables' durations).
+function timeUnit(maxSeconds) {
+  if (maxSeconds >= 2 * 86400) return [86400, "days"];
+  if (maxSeconds >= 2 * 3600) return [3600, "hours"];
+  if (maxSeconds >= 2 * 60) return [60, "minutes"];
+  return [1, "seconds"];
+}
 
 function drawCharts() {
   for (const c of charts.splice(0)) c.destroy();
@@ -16,13 +27,18 @@ function drawCharts() {
   const bars = (id, suffix) => {
     const el = document.getElementById(id);
     if (!el) return;
+    const values = d.tenants.flatMap((t) => pcts.map((p) => t[`${p}_${suffix}`] || 0));
+    const [per, unit] = timeUnit(Math.max(0, ...values));
     charts.push(new window.Chart(el, {
       type: "bar",
       data: {
         labels: queues,
-        datasets: pcts.map((p) => ({ label: p, data: d.tenants.map((t) => t[`${p}_${suffix}`]) })),
+        datasets: pcts.map((p) => ({
+          label: p,
+          data: d.tenants.map((t) => (t[`${p}_${suffix}`] == null ? null : t[`${p}_${suffix}`] / per)),
+        })),
       },
-      options: { animation: false, scales: { y: { title: { display: true, text: "seconds" } } } },
+      options: { animation: false, scales: { y: { title: { display: true, text: unit } } } },
     }));
   };
   bars("chart-ttr", "ttr_s");
@@ -30,10 +46,12 @@ function drawCharts() {
   const alloc = document.getElementById("chart-alloc");
   if (alloc) {
     const datasets = [];
-    for (const [queue, points] of Object.entries(d.series)) {
-      datasets.push({ label: `${queue} allocated`, data: points.map((p) => ({ x: p.at_s / 3600, y: p.allocated })), pointRadius: 0 });
-      datasets.push({ label: `${queue} fair`, data: points.map((p) => ({ x: p.at_s / 3600, y: p.fair })), pointRadius: 0, borderDash: [4, 4] });
-    }
+    Object.entries(d.series).forEach(([queue, points], i) => {
+      const color = PALETTE[i % PALETTE.length];
+      const line = { pointRadius: 0, borderColor: color, backgroundColor: color };
+      datasets.push({ ...line, label: `${queue} allocated`, data: points.map((p) => ({ x: p.at_s / 3600, y: p.allocated })) });
+      datasets.push({ ...line, label: `${queue} fair`, data: points.map((p) => ({ x: p.at_s / 3600, y: p.fair })), borderDash: [4, 4] });
+    });
     charts.push(new window.Chart(alloc, {
       type: "line",
       data: { datasets },
