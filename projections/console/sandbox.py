@@ -71,6 +71,7 @@ def lock_down(con: duckdb.DuckDBPyConnection, limits: SqlLimits) -> None:
         con.execute(f"SET memory_limit = '{_quoted(limits.memory_limit)}'")
     except duckdb.Error as exc:
         raise ValueError(f"SQL memory limit {limits.memory_limit!r}: {exc}") from exc
+    con.execute("SET enable_progress_bar = false")  # a client's query draws nothing on ours
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 
