@@ -113,6 +113,15 @@ def test_a_torn_tail_is_reported_not_passed_off(
     assert "the ledger is incomplete" in capsys.readouterr().err
 
 
+def test_an_empty_ledger_is_never_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    FileLedger.open(tmp_path / "empty").close()
+    assert main(["replay", "--ledger", str(tmp_path / "empty"), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "NOTHING TO VERIFY" in out and "0 mismatches" not in out
+
+
 def test_simulate_rejects_an_unknown_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

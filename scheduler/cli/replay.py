@@ -306,6 +306,9 @@ def _replay(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpuledger: {args.ledger}: the ledger is incomplete: {torn}\n")
     if not args.verify:
         return 1 if torn is not None else 0
+    if result.records == 0 and torn is None:
+        print("verify: NOTHING TO VERIFY — the ledger holds no records")
+        return 1
     if result.mismatch is None:
         scope = f" from offset {start}" if start else ""
         if torn is not None:
