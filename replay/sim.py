@@ -506,8 +506,9 @@ class Simulation:
 def check_inputs(queues: QueuesFile, workload: WorkloadFile) -> None:
     """``ConfigError`` naming the job and field when the workload does not fit the queues:
     a job (or generator) whose queue is not in the queue tree, or is not a leaf of it (the
-    scheduler would refuse its submission), or two jobs of one name. Nothing is simulated
-    or written."""
+    scheduler would refuse its submission), or two explicit jobs (or generators) of one
+    name. Nothing is simulated or written, and nothing is generated: the arrivals are
+    drawn once, by the run (``expand`` checks the generated names there)."""
     parents = {q.parent for q in queues.queues if q.parent}
     names = {q.name for q in queues.queues}
     leaves = ", ".join(sorted(names - parents)) or "none"
@@ -520,7 +521,12 @@ def check_inputs(queues: QueuesFile, workload: WorkloadFile) -> None:
             raise ConfigError(
                 f"{where}.queue: {queue!r} has child queues; jobs go to a leaf: {leaves}"
             )
-    expand(workload)  # duplicate names, gang minimums: the errors a run would give
+    for kind, specs in (("job", workload.jobs), ("generator", workload.generators)):
+        seen: dict[str, None] = {}
+        for spec in specs:
+            if spec.name in seen:
+                raise ConfigError(f"workload: duplicate {kind} name {spec.name!r}")
+            seen[spec.name] = None
 
 
 def simulate_into(

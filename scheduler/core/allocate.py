@@ -65,7 +65,6 @@ def allocate(state: State, emit: Emit) -> None:
         RunningEnds(state),
         leaves,
         {q.name: limited(state, q.name) for q in leaves},
-        tuning,
         failed=FailedShapes(state.shape_cache, exact_gangs=tuning.exact_gangs),
         planned=carried_plans(state) if tuning.carry_plans else {},
     )
@@ -158,7 +157,7 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     pending = queue.pending
     end = len(pending)
     # The first few jobs one by one: a walk that stops among them needs no blocks.
-    tuning = s.tuning
+    tuning = s.state.tuning
     probe = min(index + tuning.probe, end) if tuning.skip_held and tuning.held_blocks else end
     at = _skip_jobs(s, queue, index, probe)
     if at == probe < end:
@@ -203,7 +202,7 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     skipping = s.skipping if queue.name == s.skipping_queue else None
     state = s.state
     cache = state.shape_cache
-    held = s.tuning.skip_held
+    held = s.state.tuning.skip_held
     limited = s.limited[queue.name]
     room = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
     while at < stop:
@@ -300,7 +299,7 @@ def _next_queue(s: Session) -> Queue | None:
         queue = ranked[s.at]
         if queue.name not in s.done:
             index = s.cursor.get(queue.name, 0)
-            if s.skipping or (s.tuning.skip_held and (s.blocked or s.passed)):
+            if s.skipping or (s.state.tuning.skip_held and (s.blocked or s.passed)):
                 index = _skip_known(s, queue, index)
             if index < len(queue.pending):
                 return queue
@@ -314,7 +313,7 @@ def _rerank(s: Session) -> None:
     order key depends on nothing else a placement elsewhere changes: its own allocation,
     its first pending job and the cycle's shares). Otherwise ``ranked`` is emptied, to be
     ranked anew."""
-    if not s.ranked_keys or not s.tuning.rerank_moved:
+    if not s.ranked_keys or not s.state.tuning.rerank_moved:
         s.ranked = []  # ``kai``'s order ranks ancestors too: every key may have moved
         return
     moved = s.moved
@@ -384,7 +383,7 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
         s.passed[queue.name] = None
         at = 1
     # the same jobs either way; ``_skip_known`` passes over whole held blocks
-    at = _skip_known(s, queue, at) if s.tuning.skip_held else _past_held(s, queue, at)
+    at = _skip_known(s, queue, at) if s.state.tuning.skip_held else _past_held(s, queue, at)
     s.cursor[queue.name] = at
     return at
 

@@ -51,7 +51,7 @@ def missed(s: Session, queue: Queue, job: Job) -> None:
         reserved = any(r.job == head for r in s.reservations)
         note_reason(job, behind_reason(queue, head, reserved), s.emit)
     s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
-    if s.misses[queue.name] >= s.tuning.backfill_tries:
+    if s.misses[queue.name] >= s.state.tuning.backfill_tries:
         s.done[queue.name] = None
 
 

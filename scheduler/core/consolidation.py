@@ -22,7 +22,7 @@ def consolidate(
     moved is placed again elsewhere; otherwise move nothing. Returns the gang's placements
     and the moves (both made in ``stmt``); a job that would land exactly where it is did
     not need to move and is left out."""
-    if sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned) < job.request[0]:
+    if state.free_schedulable() < job.request[0]:
         return None, []  # not fragmentation: there is not enough free GPU in total
     # A job some of whose pods have finished is never moved: requeued, it would need every
     # pod placed again (its finished ones included), and only its live pods are placed here.

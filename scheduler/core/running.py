@@ -136,10 +136,11 @@ class RunningIndex:
     """job -> (node, milli-GPUs) of each of its pods holding GPUs (every indexed job)."""
     entries: dict[str, _Entry] = field(default_factory=dict)
     priorities: dict[str, dict[int, int]] = field(default_factory=dict)
-    """PROTO leaf -> priority -> how many of its preemptible indexed jobs have it."""
+    """leaf -> priority -> how many of its preemptible indexed jobs have it (preempt reads
+    a queue's jobs only when one of lower priority runs: ``lowest_priority``)."""
     reclaimed: dict[str, dict[str, int]] = field(default_factory=dict)
-    """PROTO leaf -> job -> reclaimed_at, of its preemptible indexed jobs that started by
-    reclaiming (the only victims reclaim's hysteresis can protect)."""
+    """leaf -> job -> reclaimed_at, of its preemptible indexed jobs that started by
+    reclaiming (the only victims reclaim's hysteresis can protect: ``_Take._no_wakes``)."""
 
     @classmethod
     def of(cls, state: State) -> RunningIndex:
@@ -321,7 +322,7 @@ class RunningIndex:
             del self.reclaimed[entry.leaf]
 
     def lowest_priority(self, leaf: str) -> int | None:
-        """PROTO The lowest priority of the leaf's preemptible jobs (None: it has none)."""
+        """The lowest priority of the leaf's preemptible jobs (None: it has none)."""
         counts = self.priorities.get(leaf)
         return min(counts) if counts else None
 

@@ -16,7 +16,6 @@ from events.model import Event
 from scheduler.core.fairshare import Shares
 from scheduler.core.placement import FailedShapes
 from scheduler.core.state import Queue, State
-from scheduler.core.tuning import Tuning
 
 if TYPE_CHECKING:
     from scheduler.core.backfill import RunningEnds
@@ -42,8 +41,6 @@ class Session:
     """The leaf queues with pending jobs when the cycle began."""
     limited: dict[str, bool]
     """Per leaf in ``leaves``: whether it or an ancestor has a limit (``admission.limited``)."""
-    tuning: Tuning
-    """The cycle's shortcuts and bounds (``State.tuning``; ``scheduler.core.tuning``)."""
     reservations: list[Reservation] = field(default_factory=list)
     """Nodes held for blocked queue heads, in the order they were made (backfill)."""
     reserved_nodes: dict[str, None] = field(default_factory=dict)

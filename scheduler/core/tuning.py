@@ -1,7 +1,8 @@
 """``Tuning``: how the gang policy does its work, as one explicit value.
 
-A cycle takes its tuning with the session (``cycle(state, now, tuning)``), never from a
-module-level name. Two kinds of field:
+A cycle reads it from the state it runs on (``State.tuning``, given by the runner when it
+makes the state, never folded from an event), never from a module-level name. Two kinds
+of field:
 
 * **shortcuts** decide exactly as the long way round: a shortcut off walks, ranks or
   reads every item that the shortcut passes over. Each has a test that runs whole
@@ -10,8 +11,8 @@ module-level name. Two kinds of field:
 * **bounds** are part of the policy: another value decides differently, so a ledger
   replays only under the default. Tests construct other values to show what a bound does.
 
-The runners (``scheduler.runtime.Runtime``, the simulator) take ``DEFAULT`` unless a test
-gives another; no configuration file or event sets a tuning, so a recorded ledger always
+The runners (``scheduler.runtime.Runtime``'s state, the simulator's ``tuning=``) use
+``DEFAULT`` unless a test gives another; no configuration file or event sets a tuning, so a recorded ledger always
 means ``DEFAULT``.
 """
 

@@ -16,6 +16,7 @@ reservation gives way to it however young).
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -319,7 +320,7 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
         return Candidates([])
     take = _Take(s, levels_of, tuple(t.resource for t in takers))
     budget = NEVER
-    if s.tuning.budget_stops and s.state.config.victim_order != "kai":
+    if s.state.tuning.budget_stops and s.state.config.victim_order != "kai":
         budget = lost_work_budget(s.state, job) if budgeted(s, queue, job, "reclaim") else NEVER
     victims = take.run(together=True, budget=budget)
     if take.partial:
@@ -412,9 +413,7 @@ class _Take:
             Iterator[tuple[VictimItem, list[Level], int]],
             dict[tuple[str, int], int],
             dict[tuple[str, int], int],
-            VictimItem,
-            list[Level],
-            int,
+            tuple[VictimItem, list[Level], int],
         ]
         | None
     ) = None
@@ -449,18 +448,35 @@ class _Take:
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
             if judged is None or self._protected(victim, floor):
                 continue
-            if not _within(levels, taken if together else zero, judged):
-                if together and _within(levels, zero, judged):
-                    self.clipped = True
-                continue
             if together:
-                _count(levels, taken, judged)
-                self.dearest = max(self.dearest, item[0])
-            else:
+                if not self._count_together(item[0], levels, judged, taken, zero):
+                    continue
+            elif _within(levels, zero, judged):
                 self.judged[victim.job] = (levels, judged)
+            else:
+                continue
             if item[0] <= budget:
                 allowed.append(victim)
         return allowed
+
+    def _count_together(
+        self,
+        lost: int,
+        levels: list[Level],
+        judged: tuple[int, int, int],
+        taken: dict[tuple[str, int], int],
+        zero: dict[tuple[str, int], int],
+    ) -> bool:
+        """A victim of a together pass, losing ``lost``: counted (True) while every level
+        still has room after those before it; else ``clipped`` notes whether it was left
+        out only because of them."""
+        if not _within(levels, taken, judged):
+            if _within(levels, zero, judged):
+                self.clipped = True
+            return False
+        _count(levels, taken, judged)
+        self.dearest = max(self.dearest, lost)
+        return True
 
     def _protected(self, victim: Job, floor: int) -> bool:
         """Whether min-runtime or hysteresis keeps ``victim`` now; if so, a cycle is asked
@@ -484,7 +500,7 @@ class _Take:
         is left to learn is ``clipped``, read on by ``settle`` if it is needed."""
         if not self.clipped:
             self.partial = True
-            self.rest = (rows, taken, zero, *row)
+            self.rest = (rows, taken, zero, row)
 
     def _no_wakes(self) -> bool:
         """No victim of the givers can be protected but by being placed in this cycle
@@ -507,31 +523,20 @@ class _Take:
         """``clipped``, reading the rest of a partial together pass (it only learns)."""
         if not self.partial or self.rest is None:
             return self.clipped
-        rows, taken, zero, item, levels, floor = self.rest
+        rows, taken, zero, first = self.rest
         self.partial = False
         self.rest = None
-        first = True
-        while not self.clipped:
-            if not first:
-                nxt = next(rows, None)
-                if nxt is None:
-                    break
-                item, levels, floor = nxt
-            first = False
+        state = self.s.state
+        for item, levels, floor in itertools.chain([first], rows):
+            if self.clipped:
+                break
             victim = item[4]
             judged = _judged(item, self.reclaimed) if victim.status in ACTIVE else None
-            if judged is None:
+            # (``_no_wakes``: none is protected here, so none would ask for a wake-up)
+            if judged is None or protected(victim, state.now, floor):
                 continue
-            if protected(victim, self.s.state.now, floor) or recently_reclaimed(
-                self.s.state, victim
-            ):
-                continue  # (``_no_wakes``: cannot happen)
-            if not _within(levels, taken, judged):
-                if _within(levels, zero, judged):
-                    self.clipped = True
-                continue
-            _count(levels, taken, judged)
-            self.dearest = max(self.dearest, item[0])
+            if not recently_reclaimed(state, victim):
+                self._count_together(item[0], levels, judged, taken, zero)
         return self.clipped
 
     def allows(self, victims: list[Job]) -> bool:
