@@ -39,16 +39,15 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 
 
-def parse_duration_ms(text: str, *, bare: str = "s") -> int:
+def parse_duration_ms(text: str) -> int:
     """A duration typed by a person, in whole milliseconds: ``500ms``, ``90s``, ``30m``,
     ``6h``, ``2d``, ``1w``, decimals (``1.5h``) and Go-style sums (``1h30m``); a bare number
-    counts in ``bare`` units (seconds unless said). Exact: decimal arithmetic, rounded to
-    the millisecond. The one parser behind every duration the tools accept (``--at``,
-    ``--window``, ``clock --every``, a Queue resource's durations). ``ValueError`` naming
-    the text otherwise."""
+    is seconds. Exact: decimal arithmetic, rounded to the millisecond. The one parser
+    behind every duration the tools accept (``--at``, ``--window``, ``clock --every``, a
+    Queue resource's durations). ``ValueError`` naming the text otherwise."""
     body = text.strip()
     if _NUMBER.match(body):
-        return round(Decimal(body) * _UNITS_MS[bare])
+        return round(Decimal(body) * _UNITS_MS["s"])
     parts = _PART.findall(body)
     if not parts or "".join(a + b for a, b in parts) != body:
         raise ValueError(f"{text!r}: expected a duration such as 500ms, 90s, 30m, 6h, 2d or 1h30m")
