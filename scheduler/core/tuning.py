@@ -12,8 +12,8 @@ of field:
   replays only under the default. Tests construct other values to show what a bound does.
 
 The runners (``scheduler.runtime.Runtime``'s state, the simulator's ``tuning=``) use
-``DEFAULT`` unless a test gives another; no configuration file or event sets a tuning, so a recorded ledger always
-means ``DEFAULT``.
+``DEFAULT`` unless a test gives another; no configuration file or event sets a tuning, so
+a recorded ledger always means ``DEFAULT``.
 """
 
 from __future__ import annotations
