@@ -25,6 +25,7 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import struct
 import threading
 import zlib
@@ -571,6 +572,50 @@ def _lock(root: Path) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def new_ledger(path: str | os.PathLike[str]) -> Iterator[FileLedger]:
+    """The writer of a ledger that appears at ``path`` whole or not at all.
+
+    It is written in a hidden sibling, ``.NAME.partial-PID``, and renamed to ``path`` when
+    the block completes; when the block raises, the sibling is removed. So a simulation
+    that fails or is interrupted leaves no half-written ledger for a reader to take for a
+    result, or for the next run to trip over; the sibling of a run killed outright is
+    removed by the next one into the same place. ``path`` must be absent or an empty
+    directory (``LedgerError`` otherwise)."""
+    final = Path(path)
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise LedgerError(f"{final}: exists and is not an empty directory")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{final.name}.partial-"
+    for other in final.parent.iterdir():
+        pid = other.name[len(prefix) :]
+        if other.name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(other, ignore_errors=True)
+    staging = final.parent / f"{prefix}{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with FileLedger.open(staging) as writer:
+            yield writer
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if final.exists():
+        final.rmdir()  # empty, checked above
+    staging.rename(final)
+    _fsync_dir(final.parent)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _create_segment(root: Path, base: int) -> int:
     """Create a segment durably and return a read-write fd positioned for appends."""
     final = root / segment_name(base)
@@ -883,6 +928,23 @@ def torn_tail(path: str | os.PathLike[str]) -> Problem | None:
     )
 
 
+def writer_active(path: str | os.PathLike[str]) -> bool:
+    """True when a writer holds the ledger directory's lock right now: its last append may
+    be in flight, so a torn-looking tail is not (yet) damage. Probes the lock without
+    taking it for longer than the probe, and creates nothing."""
+    try:
+        fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: no writer ever opened it, or not a ledger
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor releases a shared lock it took
+    return False
+
+
 def _undecodable(payload: bytes, offset: int) -> str | None:
     try:
         decode_event(decode_envelope(payload, offset), offset)
@@ -905,7 +967,9 @@ __all__ = [
     "Problem",
     "TailRepair",
     "VerifyReport",
+    "new_ledger",
     "segment_name",
     "torn_tail",
     "verify",
+    "writer_active",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from events.filelog import FileLedger, LedgerDirReader
+from events.filelog import LedgerDirReader, new_ledger
 from projections.report import Column, Unit, render_table
 from replay.config import (
     ClusterFile,
@@ -88,7 +88,7 @@ def run_policy(
     started = time.perf_counter()
     cpu_started = time.process_time()
     monitor = ConservationMonitor()
-    with FileLedger.open(ledger) as writer:
+    with new_ledger(ledger) as writer:
         sim = Simulation(cluster, queues, workload, policy_event(policy, knobs), writer)
         result = sim.run(observe=monitor.observe)
     seconds = time.perf_counter() - started

@@ -21,12 +21,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from events.filelog import FileLedger
+from events.filelog import new_ledger
+from events.ledgertime import format_at, is_wall_clock
 from events.model import (
     MILLI,
     Event,
     JobPreempted,
     JobSubmitted,
+    NodeRegistered,
     PodBound,
     PodEvicted,
     PodFinished,
@@ -34,6 +36,7 @@ from events.model import (
     PodSpec,
     PodStarted,
     PolicyConfigured,
+    QueueConfigured,
     Tick,
 )
 from events.port import LedgerWriter
@@ -232,6 +235,36 @@ def _gpu_value(drawn: float) -> float:
     return round(drawn * MILLI) / MILLI
 
 
+class InputRefusedError(ConfigError):
+    """An input of the run that the scheduler's intake refuses (``scheduler.validate``): a
+    job, queue or node of the input files, or a recorded fact a what-if re-runs. ``kind``
+    says which input file it came from: ``job``, ``queue``, ``node`` or ``event``."""
+
+    def __init__(self, kind: str, name: str, at_ms: int, reason: str) -> None:
+        """``name``: the job, queue or node; ``at_ms``: when the run submitted it."""
+        self.kind, self.name, self.at_ms, self.reason = kind, name, at_ms, reason
+        super().__init__(
+            f"{kind} {name!r} (at {format_at(at_ms, is_wall_clock(at_ms))}): the scheduler "
+            f"refuses it: {reason}"
+        )
+
+    def __reduce__(self) -> tuple[type[InputRefusedError], tuple[str, str, int, str]]:
+        """Pickled whole (``compare`` runs simulations in worker processes)."""
+        return (InputRefusedError, (self.kind, self.name, self.at_ms, self.reason))
+
+
+def _refused_input(event: Event, at_ms: int, reason: str) -> InputRefusedError:
+    match event:
+        case JobSubmitted(job=name):
+            return InputRefusedError("job", name, at_ms, reason)
+        case QueueConfigured(queue=name):
+            return InputRefusedError("queue", name, at_ms, reason)
+        case NodeRegistered(node=name):
+            return InputRefusedError("node", name, at_ms, reason)
+    name = getattr(event, "job", "") or getattr(event, "node", "") or type(event).__name__
+    return InputRefusedError("event", name, at_ms, reason)
+
+
 @dataclass(slots=True)
 class SimResult:
     """What a simulation did, in counts; the projections hold the details."""
@@ -246,6 +279,8 @@ class SimResult:
     """Per job that ever ran: submission until its gang first ran."""
     gpus: dict[str, int] = field(default_factory=dict)
     """Per job: GPU milli requested."""
+    refused: list[InputRefusedError] = field(default_factory=list)
+    """Inputs the scheduler refused, each with its reason (only with ``skip_invalid``)."""
 
     def gang_summary(self) -> str:
         """The largest gang's time-to-ready and the small jobs' p90, on one line."""
@@ -282,9 +317,12 @@ class Simulation:
         *,
         flush_every: int = 1024,
         tuning: Tuning = DEFAULT,
+        skip_invalid: bool = False,
     ) -> None:
         """``tuning``: the core's shortcuts and bounds (``scheduler.core.tuning``); tests
-        give others, every recorded run uses ``DEFAULT``."""
+        give others, every recorded run uses ``DEFAULT``. An input the scheduler refuses
+        raises ``InputRefusedError``; with ``skip_invalid`` it is left out of the run and listed
+        in the result's ``refused`` instead."""
         self._setup(
             [(0, e) for e in (*queue_events(queues), *node_events(cluster))],
             expand(workload),
@@ -294,6 +332,7 @@ class Simulation:
             writer=writer,
             flush_every=flush_every,
             tuning=tuning,
+            skip_invalid=skip_invalid,
         )
 
     @classmethod
@@ -308,6 +347,7 @@ class Simulation:
         writer: LedgerWriter | None = None,
         flush_every: int = 1024,
         tuning: Tuning = DEFAULT,
+        skip_invalid: bool = False,
     ) -> Simulation:
         """A simulation of recorded facts: ``world`` holds timed node, queue and cancel
         events (a what-if replays an incident's), ``jobs`` the submissions and runtimes."""
@@ -321,6 +361,7 @@ class Simulation:
             writer=writer,
             flush_every=flush_every,
             tuning=tuning,
+            skip_invalid=skip_invalid,
         )
         return sim
 
@@ -335,6 +376,7 @@ class Simulation:
         writer: LedgerWriter | None,
         flush_every: int,
         tuning: Tuning,
+        skip_invalid: bool,
     ) -> None:
         config = policy if isinstance(policy, PolicyConfigured) else policy_event(policy)
         if config.policy not in POLICIES:
@@ -347,6 +389,8 @@ class Simulation:
         self.jobs = jobs
         self.runtime = {j.submitted.job: j.runtime_ms for j in self.jobs}
         self.engine = Engine(writer, flush_every=flush_every, runtime=Runtime(State(tuning=tuning)))
+        self.skip_invalid = skip_invalid
+        self.refused: list[InputRefusedError] = []
         self.bind_ms = bind_ms
         self.startup_ms = startup_ms
         self._heap: list[tuple[int, int, Event, int]] = []
@@ -379,7 +423,7 @@ class Simulation:
                 self._push(at, event)
         for sim_job in self.jobs:
             self._push(sim_job.at, sim_job.submitted)
-        self._react(engine.step(setup, 0), 0)
+        self._react(self._step(setup, 0), 0)
         self.cycles += 1
         submitted = 0
         total = len(self.jobs)
@@ -407,7 +451,7 @@ class Simulation:
                 batch.append((event, now))
             if not batch:
                 continue
-            decisions = engine.step(batch, now)
+            decisions = self._step(batch, now)
             self.cycles += 1
             if observe is not None:
                 observe(engine.state, now)
@@ -433,7 +477,21 @@ class Simulation:
             statuses=statuses,
             time_to_ready_ms=self.ready,
             gpus={j.submitted.job: sum(p.gpu_milli for p in j.submitted.pods) for j in self.jobs},
+            refused=self.refused,
         )
+
+    def _step(self, batch: list[tuple[Event, int]], now: int) -> list[Event]:
+        """One engine step; an input it refused raises ``InputRefusedError`` (or, with
+        ``skip_invalid``, is noted in ``refused``) instead of vanishing from the run."""
+        engine = self.engine
+        seen = len(engine.refused)
+        decisions = engine.step(batch, now)
+        for refusal in engine.refused[seen:]:
+            refused = _refused_input(batch[refusal.index][0], now, refusal.reason)
+            if not self.skip_invalid:
+                raise refused
+            self.refused.append(refused)
+        return decisions
 
     def _react(self, decisions: list[Event], now: int) -> None:
         """The binder's side of each decision."""
@@ -538,9 +596,12 @@ def simulate_into(
     *,
     progress: Progress | None = None,
     observe: Callable[[State, int], None] | None = None,
+    skip_invalid: bool = False,
 ) -> SimResult:
-    """Simulate ``workload`` on ``cluster`` under ``policy`` into the ledger directory
-    ``ledger`` (created if missing); ``ConfigError`` if the inputs do not fit together."""
-    with FileLedger.open(ledger) as writer:
-        sim = Simulation(cluster, queues, workload, policy, writer)
+    """Simulate ``workload`` on ``cluster`` under ``policy`` into the new ledger directory
+    ``ledger`` (written whole or not at all: ``events.filelog.new_ledger``); ``ConfigError``
+    if the inputs do not fit together, ``InputRefusedError`` for an input the scheduler refuses
+    (listed in the result instead with ``skip_invalid``)."""
+    with new_ledger(ledger) as writer:
+        sim = Simulation(cluster, queues, workload, policy, writer, skip_invalid=skip_invalid)
         return sim.run(progress=progress, observe=observe)

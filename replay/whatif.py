@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from events.codec import DecodeError, Envelope, decode_event
-from events.filelog import FileLedger, LedgerDirReader
+from events.filelog import LedgerDirReader, new_ledger
 from events.model import (
     Event,
     JobCancelled,
@@ -37,7 +37,7 @@ from events.model import (
 from events.port import LedgerReader
 from replay.config import PolicyFile, policy_event
 from replay.metrics import LedgerMetrics, collect, percentile, tenant_rows
-from replay.sim import SimJob, Simulation
+from replay.sim import InputRefusedError, SimJob, Simulation
 from scheduler.core.policy import KAI_KNOBS, kai_knobs
 
 
@@ -161,6 +161,8 @@ class WhatIf:
     policy: PolicyConfigured
     rows: list[dict[str, object]]
     fates: list[dict[str, object]]
+    refused: list[InputRefusedError] = field(default_factory=list)
+    """Recorded inputs the re-run refused (only with ``skip_invalid``)."""
 
 
 def renamed(recorded: PolicyConfigured, name: str) -> PolicyConfigured:
@@ -184,12 +186,15 @@ def what_if(
     knobs: PolicyFile | None = None,
     policy_name: str | None = None,
     queues: list[QueueConfigured] | None = None,
+    skip_invalid: bool = False,
 ) -> WhatIf:
     """Re-run the outside facts of ``reader``'s ledger between ``start_ms`` and ``end_ms``
     into the new ledger directory ``ledger`` and compare each tenant before and after.
 
     The policy is the recorded one with ``policy_name`` and ``knobs`` put in its place when
-    given; ``queues`` replace the recorded queue configuration."""
+    given; ``queues`` replace the recorded queue configuration. A recorded input the
+    new configuration refuses (a job whose queue is gone) raises ``InputRefusedError``; with
+    ``skip_invalid`` it is left out and listed in ``refused``."""
     history = extract(reader.read(0), start_ms=start_ms, end_ms=end_ms)
     recorded = history.policy or policy_event("gpuledger")
     if knobs is not None:
@@ -200,7 +205,7 @@ def what_if(
         policy = recorded
     if queues is not None:
         replace_queues(history, queues)
-    with FileLedger.open(ledger) as writer:
+    with new_ledger(ledger) as writer:
         sim = Simulation.from_inputs(
             history.world,
             history.jobs,
@@ -208,12 +213,18 @@ def what_if(
             startup_ms=history.startup_ms,
             policy=policy,
             writer=writer,
+            skip_invalid=skip_invalid,
         )
-        sim.run()
+        result = sim.run()
     before = collect(reader.read(0), since_ms=start_ms)
     after = collect(LedgerDirReader(ledger).read(0))
     return WhatIf(
-        history, recorded, policy, compare_rows(before, after), changed_fates(before, after)
+        history,
+        recorded,
+        policy,
+        compare_rows(before, after),
+        changed_fates(before, after),
+        result.refused,
     )
 
 

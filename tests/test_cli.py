@@ -11,6 +11,7 @@ import pytest
 
 from events.codec import decode_event, wrap
 from events.filelog import FileLedger, LedgerDirReader
+from events.model import JobSubmitted
 from scheduler.cli import main
 
 EX = "replay/examples"
@@ -93,24 +94,48 @@ def test_a_job_the_run_would_refuse_is_an_error_before_anything_is_written(
     assert not out.exists()
 
 
-def test_a_torn_tail_is_reported_not_passed_off(
+def test_a_torn_tail_is_refused_accepted_or_repaired(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """37 bytes cut off a simulated ledger: the simulator's batches keep all but the last
-    append readable, and replay, verify and project say the rest is missing (exit 1)."""
+    """37 bytes cut off a simulated ledger. Every reader refuses it with one line naming the
+    segment and the lost offset, and writes nothing; --accept-torn-tail reads the appends
+    before the tear (the simulator's batches keep all but the last), and --repair truncates
+    the tail so that the ledger verifies clean afterwards."""
     ledger = simulate(tmp_path)
     (segment,) = ledger.glob("*.seg")
     with segment.open("r+b") as f:
         f.truncate(segment.stat().st_size - 37)
+    size = segment.stat().st_size
     capsys.readouterr()
-    assert main(["replay", "--ledger", str(ledger), "--verify"]) == 1
+    db = tmp_path / "h.duckdb"
+    for argv in (
+        ["replay", "--ledger", str(ledger), "--verify"],
+        ["state", "--ledger", str(ledger), "--at", "0"],
+        ["project", "--ledger", str(ledger), "--db", str(db)],
+        ["replay", "--ledger", str(ledger), "--policy-name", "fifo", "--out", str(tmp_path / "w")],
+        ["serve", "--ledger", str(ledger), "--db", str(db), "--listen", "127.0.0.1:0"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "the ledger is damaged" in err and segment.name in err and "torn tail" in err
+        assert "--accept-torn-tail" in err and "--repair" in err
+    assert not db.exists() and not (tmp_path / "w").exists()
+    assert segment.stat().st_size == size  # a refusal changes nothing
+
+    readable = sum(1 for _ in LedgerDirReader(ledger).read(0))
+    assert readable >= 1024  # earlier appends are intact
+    assert main(["replay", "--ledger", str(ledger), "--verify", "--accept-torn-tail"]) == 0
     captured = capsys.readouterr()
-    records = int(captured.out.split("replayed ", 1)[1].split()[0])
-    assert records >= 1024  # earlier appends are intact
-    assert "verify: INCOMPLETE" in captured.out and "0 mismatches" not in captured.out
-    assert "torn tail" in captured.err and segment.name in captured.err
-    assert main(["project", "--ledger", str(ledger), "--db", str(tmp_path / "h.duckdb")]) == 1
-    assert "the ledger is incomplete" in capsys.readouterr().err
+    assert f"replayed {readable} records" in captured.out
+    assert "up to its torn tail" in captured.out and "warning" in captured.err
+    assert segment.stat().st_size == size  # accepting reads; it does not repair
+
+    assert main(["project", "--ledger", str(ledger), "--db", str(db), "--repair"]) == 0
+    err = capsys.readouterr().err
+    assert f"repaired {ledger}" in err and f"{readable:,} records remain" in err
+    assert main(["log", "verify", str(ledger)]) == 0
+    assert main(["replay", "--ledger", str(ledger), "--verify"]) == 0
 
 
 def test_an_empty_ledger_is_never_verified(
@@ -211,3 +236,48 @@ def test_demo_ends_with_commands_that_run_as_printed(tmp_path: Path) -> None:
             argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False
         )
         assert ran.returncode == 0, (line, ran.stderr)
+
+
+def test_a_what_if_never_drops_a_refused_job_in_silence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A what-if whose queues.yaml drops a queue the ledger's jobs use: the scheduler
+    refuses those jobs. Without --skip-invalid the run stops with one line naming the job,
+    the queue and the ledger, and no ledger is left; with it each is a warning and the
+    summary counts them."""
+    ledger = simulate(tmp_path)
+    queues = tmp_path / "two.yaml"
+    queues.write_text(
+        "queues:\n  - {name: training, deserved_percent: 70}\n"
+        "  - {name: interactive, deserved_percent: 30}\n"
+    )
+    out = tmp_path / "what-if"
+    argv = ["replay", "--ledger", str(ledger), "--queues", str(queues), "--out", str(out)]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"ledger {ledger}: job 'sweep-" in err and "unknown queue 'experiments'" in err
+    assert "--skip-invalid" in err
+    assert not (out / "ledger").exists()
+    assert not [p.name for p in out.iterdir()]  # no partial sibling either
+
+    assert main([*argv, "--skip-invalid"]) == 0  # the empty directory does not block it
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if "warning" in line]
+    jobs = {line.split("job '", 1)[1].split("'", 1)[0] for line in warnings if "job '" in line}
+    recorded = {
+        e.job
+        for _, env in LedgerDirReader(ledger).read(0)
+        if isinstance(e := decode_event(env), JobSubmitted) and e.queue == "experiments"
+    }
+    assert jobs == recorded and recorded
+    assert f"refused inputs: {len(warnings)} (left out of the run by --skip-invalid)" in (
+        captured.out
+    )
+    rerun = {
+        e.job
+        for _, env in LedgerDirReader(out / "ledger").read(0)
+        if isinstance(e := decode_event(env), JobSubmitted)
+    }
+    assert not rerun & recorded

@@ -31,8 +31,10 @@ from events.filelog import (
     LedgerDirReader,
     LedgerError,
     LedgerLocked,
+    new_ledger,
     segment_name,
     verify,
+    writer_active,
 )
 from events.jsonl import export_jsonl, import_jsonl
 from events.memlog import MemoryLedger
@@ -660,3 +662,41 @@ def test_random_damage_never_yields_a_garbled_record(files: dict[str, bytes], st
             writer.append([env(end)])
         offsets = list(_read_checked(path, end))
         assert offsets == [end]
+
+
+def test_a_new_ledger_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    """``new_ledger`` writes beside the target and renames when the block completes: a run
+    that fails leaves neither the ledger nor its partial sibling, and the sibling of a
+    writer that was killed (its pid gone) is removed by the next run into the place."""
+    target = tmp_path / "run" / "ledger"
+
+    def failing_run() -> None:
+        with new_ledger(target) as writer:
+            writer.append(envs(0, 10))
+            assert not target.exists()  # in the sibling until complete
+            raise RuntimeError("the simulation failed")
+
+    with pytest.raises(RuntimeError):
+        failing_run()
+    assert not target.exists() and not list(target.parent.iterdir())
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    stale = target.parent / f".ledger.partial-{dead}"
+    stale.mkdir()
+    with new_ledger(target) as writer:
+        writer.append(envs(0, 10))
+    assert [p.name for p in target.parent.iterdir()] == ["ledger"]
+    assert [e for _, e in LedgerDirReader(target).read(0)] == envs(0, 10)
+    with pytest.raises(LedgerError, match="not an empty directory"), new_ledger(target):
+        pass
+
+
+def test_writer_active_sees_the_lock_of_a_writer(tmp_path: Path) -> None:
+    """A reader's torn-tail check must not call an append in flight damage: it asks
+    whether a writer holds the ledger, without taking the lock from it."""
+    assert not writer_active(tmp_path / "absent")
+    with FileLedger.open(tmp_path / "l") as writer:
+        assert writer_active(tmp_path / "l")
+        writer.append(envs(0, 1))
+    assert not writer_active(tmp_path / "l")

@@ -563,6 +563,9 @@ def test_simulate_cli_refuses_bad_inputs_by_name(
     out, err = capsys.readouterr()
     if code:
         assert err.startswith("gpuledger: ") and "Traceback" not in err
+        assert err.count("\n") == 1, err  # one line
         assert says in err, err
+        assert not (tmp_path / "l").exists()  # nothing left behind
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     else:
         assert says in out, out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,20 +75,76 @@ def open_ledger(source: str) -> LedgerReader:
         return open_reader(source)
 
 
-def missing_tail(source: str) -> str | None:
-    """For a ledger directory read whole and offline: a line saying its last append is
-    torn and its records are missing (``events.filelog.torn_tail``), or None. Kafka topics
-    and JSON Lines exports have no torn tail to find."""
-    from events.filelog import LedgerError, torn_tail  # noqa: PLC0415
+def add_damage_options(parser: argparse.ArgumentParser) -> None:
+    """``--accept-torn-tail`` and ``--repair``: what a command that reads a ledger whole does
+    with a torn last append instead of refusing the ledger (``check_ledger``)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--accept-torn-tail",
+        action="store_true",
+        help="read a ledger whose last append is torn: every record before the tear, "
+        "with a warning saying what is missing",
+    )
+    group.add_argument(
+        "--repair",
+        action="store_true",
+        help="truncate a torn last append (as the next writer would), say how many "
+        "records were lost, and go on",
+    )
+
+
+def check_ledger(source: str, args: argparse.Namespace) -> str | None:
+    """Before a command reads the ledger directory ``source`` whole: refuse it
+    (``CliError``) when its last append is torn (``events.filelog.torn_tail``), unless the
+    command was given ``--accept-torn-tail`` (returns the problem's line, after a warning on
+    stderr) or ``--repair`` (truncates the tail, says what was lost, returns None).
+
+    A ledger a writer holds right now is not checked: its tail may be an append in flight,
+    which readers pass over. Kafka topics and JSON Lines exports have no torn tail; damage
+    anywhere else in a ledger is refused by the read itself (``ledger_errors``)."""
+    from events.filelog import (  # noqa: PLC0415  # only for a ledger directory
+        FileLedger,
+        LedgerError,
+        torn_tail,
+        writer_active,
+    )
 
     path = Path(source)
     if source[: len(KAFKA_SCHEME)].lower() == KAFKA_SCHEME or not path.is_dir():
         return None
     try:
+        if writer_active(path):
+            return None
         problem = torn_tail(path)
     except (LedgerError, OSError):
-        return None  # the read itself reported what is wrong with the ledger
-    return None if problem is None else str(problem)
+        return None  # the read itself says what is wrong with the ledger
+    if problem is None:
+        return None
+    before = f"the {problem.offset:,} records before it"
+    if getattr(args, "accept_torn_tail", False):
+        sys.stderr.write(
+            f"gpuledger: warning: {source}: reading {before} (--accept-torn-tail); "
+            f"damaged: {problem}\n"
+        )
+        return str(problem)
+    if getattr(args, "repair", False):
+        with ledger_errors(f"cannot repair {source}: "):
+            writer = FileLedger.open(path, create=False)
+            cut = writer.recovery
+            writer.close()
+        if cut is not None:
+            sys.stderr.write(
+                f"gpuledger: repaired {source}: truncated {cut.bytes} bytes of "
+                f"{Path(cut.segment).name} at byte {cut.position}; the append from offset "
+                f"{problem.offset} was lost ({cut.records} whole records of it were "
+                f"written); {problem.offset:,} records remain\n"
+            )
+        return None
+    raise CliError(
+        f"{source}: the ledger is damaged: {problem}. --accept-torn-tail reads {before}; "
+        f"--repair truncates the tail and goes on (`gpuledger log verify {source}` lists "
+        "every problem)"
+    )
 
 
 def kafka_errors(
@@ -110,9 +167,10 @@ def kafka_errors(
 
 __all__ = [
     "CliError",
+    "add_damage_options",
+    "check_ledger",
     "kafka_errors",
     "ledger_errors",
-    "missing_tail",
     "open_ledger",
     "refuse_kafka_url",
 ]

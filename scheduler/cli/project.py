@@ -33,8 +33,9 @@ from projections.report import (
 )
 from scheduler.cli.errors import (
     CliError,
+    add_damage_options,
+    check_ledger,
     ledger_errors,
-    missing_tail,
     open_ledger,
     refuse_kafka_url,
 )
@@ -61,6 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--batch-size", type=int, default=50_000, metavar="N", help="records per transaction"
     )
+    add_damage_options(p)
     p.set_defaults(func=_project_or_follow)
 
     r = sub.add_parser(
@@ -226,15 +228,11 @@ def _project_or_follow(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     source = args.ledger if args.follow is None else args.follow
+    check_ledger(source, args)  # before the database is touched
     reader = open_ledger(source)
     try:
         if args.follow is None:
-            code = _project(args, reader, source)
-            torn = missing_tail(source)
-            if torn is not None:  # projected what was readable; say what is not there
-                sys.stderr.write(f"gpuledger: {source}: the ledger is incomplete: {torn}\n")
-                return 1
-            return code
+            return _project(args, reader, source)
         try:
             while True:
                 try:

@@ -27,8 +27,9 @@ from replay.config import (
 )
 from scheduler.cli.errors import (
     CliError,
+    add_damage_options,
+    check_ledger,
     ledger_errors,
-    missing_tail,
     open_ledger,
     refuse_kafka_url,
 )
@@ -47,6 +48,12 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="override the workload's seed")
     p.add_argument("--db", help="also project the ledger into this DuckDB file and report")
     p.add_argument("--force", action="store_true", help="replace an existing ledger directory")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out an input the scheduler refuses, with a warning and a count, "
+        "instead of stopping",
+    )
     p.add_argument(
         "--no-fairness", action="store_true", help="skip the fair-share convergence table"
     )
@@ -72,6 +79,13 @@ def register(sub: Any) -> None:
     p.add_argument("--policy-name", choices=POLICIES, help="what-if: another policy")
     p.add_argument("--queues", help="what-if: queues.yaml replacing the queue configuration")
     p.add_argument("--out", help="what-if: directory for the new ledger and the report")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="what-if: leave out a recorded input the new configuration refuses (a job "
+        "whose queue is gone), with a warning and a count, instead of stopping",
+    )
+    add_damage_options(p)
     p.set_defaults(func=_replay)
 
     p = sub.add_parser("state", help="the cluster as it was at a moment of a ledger")
@@ -84,6 +98,7 @@ def register(sub: Any) -> None:
         help="an offset (1200), a time (90m, 6h, 2d; from the first record on a live ledger) "
         "or, on a live ledger, an ISO-8601 time (2026-12-03T06:00:00Z)",
     )
+    add_damage_options(p)
     p.set_defaults(func=_state)
 
     p = sub.add_parser("demo", help="the built-in mixed workload under gpuledger and fifo")
@@ -133,25 +148,61 @@ def _load_inputs(
     return inputs
 
 
-def _fresh_dir(path: Path, force: bool) -> None:
+def _fresh_dir(path: Path, force: bool, *, create: bool = True) -> None:
+    """Make way for a command's output at ``path``: refuse a non-empty directory, or remove
+    it with ``force``; then create it (unless ``create``: a new ledger is created whole by
+    ``events.filelog.new_ledger``)."""
     if path.exists() and any(path.iterdir()):
         if not force:
             raise CliError(f"{path} exists and is not empty (use --force to replace it)")
         shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
 
 
-def _progress(start: float) -> Any:
-    def show(now_ms: int, submitted: int, total: int) -> None:
+def _refusals(refused: list[Any], files: dict[str, str]) -> None:
+    """Under ``--skip-invalid``: each refused input as a warning naming its file, then a
+    count; a run never leaves an input out in silence."""
+    for refusal in refused:
+        where = files.get(refusal.kind, files.get("event", "input"))
+        sys.stderr.write(f"gpuledger: warning: {where}: {refusal} (skipped: --skip-invalid)\n")
+    if refused:
+        print(f"refused inputs: {len(refused)} (left out of the run by --skip-invalid)")
+
+
+def _refused_error(exc: ConfigError, files: dict[str, str]) -> CliError:
+    """A ``ConfigError`` as a CLI error; an input the scheduler refused names its file and
+    says how to go on without it."""
+    from replay.sim import InputRefusedError  # noqa: PLC0415
+
+    if isinstance(exc, InputRefusedError):
+        where = files.get(exc.kind, files.get("event", "input"))
+        return CliError(f"{where}: {exc} (--skip-invalid leaves it out and goes on)")
+    return CliError(str(exc))
+
+
+class _Progress:
+    """The simulation's progress line on stderr, redrawn in place; ``end`` finishes it (a
+    newline), if one was drawn."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.drawn = False
+
+    def __call__(self, now_ms: int, submitted: int, total: int) -> None:
+        self.drawn = True
         print(
             f"\r  simulated {now_ms / 3_600_000:8.1f} h  jobs submitted {submitted:>7}/{total}"
-            f"  ({time.perf_counter() - start:5.1f} s)",
+            f"  ({time.perf_counter() - self.start:5.1f} s)",
             end="",
             file=sys.stderr,
             flush=True,
         )
 
-    return show
+    def end(self) -> None:
+        if self.drawn:
+            print(file=sys.stderr)
+            self.drawn = False
 
 
 def _simulate_into(
@@ -163,19 +214,31 @@ def _simulate_into(
     *,
     show_progress: bool = False,
     observe: Any = None,
+    files: dict[str, str] | None = None,
+    skip_invalid: bool = False,
 ) -> Any:
-    """``replay.sim.simulate_into`` with a progress line on stderr; returns the SimResult."""
+    """``replay.sim.simulate_into`` with a progress line on stderr; returns the SimResult.
+    ``files``: the input file of each kind of input (``job``, ``queue``, ``node``), named
+    in the error when the scheduler refuses one."""
     from replay.sim import simulate_into  # noqa: PLC0415  # heavy imports only when used
 
-    progress = _progress(time.perf_counter()) if show_progress else None
+    progress = _Progress() if show_progress else None
     try:
         result = simulate_into(
-            cluster, queues, workload, policy, ledger, progress=progress, observe=observe
+            cluster,
+            queues,
+            workload,
+            policy,
+            ledger,
+            progress=progress,
+            observe=observe,
+            skip_invalid=skip_invalid,
         )
     except ConfigError as exc:
-        raise CliError(str(exc)) from exc
-    if show_progress:
-        print(file=sys.stderr)
+        raise _refused_error(exc, files or {}) from exc
+    finally:
+        if progress is not None:
+            progress.end()
     return result
 
 
@@ -190,7 +253,7 @@ def _simulate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     ledger = Path(args.ledger)
-    _fresh_dir(ledger, args.force)
+    _fresh_dir(ledger, args.force, create=False)
     from projections.report import render_table  # noqa: PLC0415
     from replay.fairness import FairnessMonitor  # noqa: PLC0415
 
@@ -204,6 +267,8 @@ def _simulate(args: argparse.Namespace) -> int:
         ledger,
         show_progress=True,
         observe=monitor.observe if monitor is not None else None,
+        files={"job": args.workload, "queue": args.queues, "node": args.cluster},
+        skip_invalid=args.skip_invalid,
     )
     elapsed = time.perf_counter() - started
     print(
@@ -212,6 +277,7 @@ def _simulate(args: argparse.Namespace) -> int:
     )
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
     print(result.gang_summary())
+    _refusals(result.refused, {"job": args.workload, "queue": args.queues, "node": args.cluster})
     if monitor is not None and monitor.rows():
         print("\nfair share under contention (queue has work waiting that free GPUs cannot hold):")
         print(render_table(monitor.rows(), list(monitor.rows()[0])))
@@ -281,6 +347,7 @@ def _replay(args: argparse.Namespace) -> int:
         return _whatif(args)
     from replay.verify import run  # noqa: PLC0415
 
+    torn = check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
     started = time.perf_counter()
     with ledger_errors():
@@ -301,21 +368,15 @@ def _replay(args: argparse.Namespace) -> int:
         )
     if result.revision_note:
         print(result.revision_note)
-    torn = missing_tail(args.ledger) if end is None else None
-    if torn is not None:
-        sys.stderr.write(f"gpuledger: {args.ledger}: the ledger is incomplete: {torn}\n")
     if not args.verify:
-        return 1 if torn is not None else 0
-    if result.records == 0 and torn is None:
+        return 0
+    if result.records == 0:
         print("verify: NOTHING TO VERIFY — the ledger holds no records")
         return 1
     if result.mismatch is None:
         scope = f" from offset {start}" if start else ""
-        if torn is not None:
-            print(
-                f"verify: INCOMPLETE — {result.records} records reproduced{scope}, then a torn tail"
-            )
-            return 1
+        if torn is not None and end is None:
+            scope += " up to its torn tail (--accept-torn-tail)"
         print(f"verify: 0 mismatches{scope} — every decision reproduced byte for byte")
         return 0
     m = result.mismatch
@@ -332,6 +393,7 @@ def _whatif(args: argparse.Namespace) -> int:
     if not args.out:
         raise CliError("a what-if needs --out DIR for its ledger and report")
     refuse_kafka_url(args.out, "--out", "replay", "a directory for the what-if's ledger and report")
+    check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
     clock = _clock(reader)
     start_ms = _time_of(reader, parse_bound(args.start, *clock)) if args.start != "0" else None
@@ -343,6 +405,9 @@ def _whatif(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     out = Path(args.out)
     _fresh_dir(out, force=False)
+    files = {"event": f"ledger {args.ledger}", "job": f"ledger {args.ledger}"}
+    if args.queues:
+        files["queue"] = args.queues
     try:
         result = what_if(
             reader,
@@ -352,9 +417,10 @@ def _whatif(args: argparse.Namespace) -> int:
             knobs=knobs,
             policy_name=args.policy_name,
             queues=queues,
+            skip_invalid=args.skip_invalid,
         )
     except ConfigError as exc:
-        raise CliError(str(exc)) from exc
+        raise _refused_error(exc, files) from exc
     history, rows, fates = result.history, result.rows, result.fates
     changes = []
     if result.policy != result.recorded:
@@ -368,6 +434,7 @@ def _whatif(args: argparse.Namespace) -> int:
     )
     table = _whatif_table(rows)
     print(table)
+    _refusals(result.refused, files)
     if fates:
         print("\njobs whose fate changed most:")
         print(render_table(fates, list(fates[0])))
@@ -408,6 +475,7 @@ def _state(args: argparse.Namespace) -> int:
     from projections.report import render_table  # noqa: PLC0415
     from replay.inspect import state_at  # noqa: PLC0415
 
+    check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
     clock = _clock(reader)
     bound = parse_bound(args.at, *clock)

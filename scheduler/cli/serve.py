@@ -11,7 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-from scheduler.cli.errors import CliError, ledger_errors, open_ledger
+from scheduler.cli.errors import (
+    CliError,
+    add_damage_options,
+    check_ledger,
+    ledger_errors,
+    open_ledger,
+)
 
 __all__ = ["default_db", "register"]
 
@@ -89,6 +95,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="queries running at once; more answer 429 (default 4)",
     )
+    add_damage_options(s)
     s.set_defaults(func=_serve)
 
 
@@ -141,6 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     db = args.db or default_db(args.ledger)
+    check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
 
     def log(message: str) -> None:
