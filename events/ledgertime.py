@@ -34,18 +34,27 @@ __all__ = [
 WALL_CLOCK_FROM_MS = 1_000_000_000_000
 """2001-09-09T01:46:40Z: a first record at or after this is wall time."""
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 604_800_000,
+}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|min|s|m|h|d|w)")
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 
 
 def parse_duration_ms(text: str) -> int:
-    """A duration typed by a person, in whole milliseconds: ``500ms``, ``90s``, ``30m``,
-    ``6h``, ``2d``, ``1w``, decimals (``1.5h``) and Go-style sums (``1h30m``); a bare number
-    is seconds. Exact: decimal arithmetic, rounded to the millisecond. The one parser
+    """A duration typed by a person, in whole milliseconds: ``500ms``, ``90s``, ``30m``
+    (or ``30min``), ``6h``, ``2d``, ``1w``, decimals (``1.5h``), Go-style sums (``1h30m``)
+    and what ``format_duration`` prints (``12.5 min``); a bare number is seconds. Exact:
+    decimal arithmetic, rounded to the millisecond. The one parser
     behind every duration the tools accept (``--at``, ``--window``, ``clock --every``, a
     Queue resource's durations). ``ValueError`` naming the text otherwise."""
-    body = text.strip()
+    body = re.sub(r"\s+", "", text)
     if _NUMBER.match(body):
         return round(Decimal(body) * _UNITS_MS["s"])
     parts = _PART.findall(body)
@@ -75,18 +84,20 @@ def format_at(at_ms: int | float | None, wall: bool) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """Seconds in the largest unit that keeps them readable: 850ms, 12.3s, 4.1m, 2.0h, 3.5d."""
+    """Seconds in the largest unit that keeps them readable, one decimal and the unit after
+    a space: ``850 ms``, ``12.3 s``, ``4.1 min``, ``2.0 h``, ``3.5 d`` (``parse_duration_ms``
+    reads each back)."""
     if seconds is None:
         return "-"
     sign = "-" if seconds < 0 else ""
     s = abs(seconds)
     # Compare the ROUNDED value with each limit, so 59.97 s shows as 1.0m, not 60.0s.
     if round(s * 1000) < 1000:
-        return f"{sign}{s * 1000:.0f}ms"
-    for divisor, suffix, limit in ((1, "s", 60), (60, "m", 60), (3600, "h", 24)):
+        return f"{sign}{s * 1000:.0f} ms"
+    for divisor, suffix, limit in ((1, "s", 60), (60, "min", 60), (3600, "h", 24)):
         if round(s / divisor, 1) < limit:
-            return f"{sign}{s / divisor:.1f}{suffix}"
-    return f"{sign}{s / 86400:.1f}d"
+            return f"{sign}{s / divisor:.1f} {suffix}"
+    return f"{sign}{s / 86400:.1f} d"
 
 
 def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:

@@ -146,23 +146,51 @@ def format_number(value: float) -> str:
     return f"{'-' if v < 0 else ''}<0.001"
 
 
-def _raw(value: Any) -> str:
-    """A SQL value as ``sql`` shows it in a table: floats to 10 significant digits (no
+def _fixed(value: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals, thousands grouped; what is not zero but would
+    round to it reads ``<0.01`` rather than a zero that is not one."""
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if v != 0 and round(v, decimals) == 0:
+        return f"{'-' if v < 0 else ''}<{10**-decimals:.{decimals}f}"
+    return f"{v:,.{decimals}f}"
+
+
+def number_decimals(values: Sequence[Any]) -> int:
+    """The decimals of a column of measured numbers, from its largest magnitude (the ladder
+    of ``format_number``): 0 from 1,000, 1 from 100, 2 from 1, 3 below."""
+    biggest = max((abs(float(v)) for v in values if _is_number(v)), default=0.0)
+    return 0 if biggest >= 1000 else 1 if biggest >= 100 else 2 if biggest >= 1 else 3
+
+
+def raw_decimals(values: Sequence[Any]) -> int:
+    """The decimals of a column of SQL floats: as many as its values need, at most 4."""
+    need = 1
+    for v in values:
+        if isinstance(v, float) and math.isfinite(v):
+            text = f"{v:.4f}".rstrip("0")
+            need = max(need, len(text) - text.index(".") - 1)
+    return need
+
+
+def _raw(value: Any, decimals: int = 4) -> str:
+    """A SQL value as ``sql`` shows it in a table: floats with the column's decimals (no
     binary noise such as 0.03149972222222222), booleans as true/false, NULL spelt out."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        text = repr(value)  # 60.0, 0.5: as written
-        return text if len(text) <= 12 else f"{value:.10g}"
+        return _fixed(value, decimals) if math.isfinite(value) else str(value)
     return str(value)
 
 
-def format_value(value: Any, unit: Unit) -> str:
-    """One cell's text. ``None`` is ``-`` (``NULL`` for ``raw``)."""
+def format_value(value: Any, unit: Unit, decimals: int | None = None) -> str:
+    """One cell's text. ``None`` is ``-`` (``NULL`` for ``raw``). ``decimals``: the column's
+    (``render_table`` fixes them per column for ``number`` and ``raw`` floats)."""
     if unit == "raw":
-        return _raw(value)
+        return _raw(value, 4 if decimals is None else decimals)
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -176,7 +204,9 @@ def format_value(value: Any, unit: Unit) -> str:
         case "count":
             return str(int(value))
         case "number":
-            return format_number(value) if isinstance(value, float) else f"{value:,}"
+            if not isinstance(value, float):
+                return f"{value:,}"
+            return format_number(value) if decimals is None else _fixed(value, decimals)
         case _:
             return str(value)
 
@@ -232,6 +262,15 @@ def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str | Colu
     cols = [c if isinstance(c, Column) else Column(c) for c in columns]
     body: list[list[str]] = []
     right = [c.unit in _NUMERIC_UNITS for c in cols]
+    decimals: list[int | None] = []  # one number of decimals per column of floats
+    for c in cols:
+        values = [r.get(c.key) for r in rows]
+        if c.unit == "raw":
+            decimals.append(raw_decimals(values))
+        elif c.unit in ("number", "auto") and any(isinstance(v, float) for v in values):
+            decimals.append(number_decimals(values))
+        else:
+            decimals.append(None)
     for r in rows:
         cells = []
         for i, c in enumerate(cols):
@@ -239,7 +278,8 @@ def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str | Colu
             unit = _resolve(c, value)
             if unit in _NUMERIC_UNITS or (unit == "raw" and _is_number(value)):
                 right[i] = True
-            cells.append(format_value(value, unit))
+            fixed = decimals[i] if unit in ("number", "raw") else None
+            cells.append(format_value(value, unit, fixed))
         body.append(cells)
     return _layout([c.title for c in cols], body, right)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from events.filelog import new_ledger
-from events.ledgertime import format_at, is_wall_clock
+from events.ledgertime import format_at, format_duration, is_wall_clock
 from events.model import (
     MILLI,
     Event,
@@ -291,11 +291,11 @@ class SimResult:
             t for j, t in self.time_to_ready_ms.items() if self.gpus[j] <= 1000 and j != largest
         )
         big = self.time_to_ready_ms.get(largest)
-        big_text = f"{big / 1000:,.0f} s" if big is not None else "never ran"
+        big_text = format_duration(big / 1000) if big is not None else "never ran"
         p90 = small[min(len(small) - 1, (len(small) * 9) // 10)] / 1000 if small else 0.0
         return (
             f"largest gang {largest} ({self.gpus[largest] // 1000} GPUs): time to ready "
-            f"{big_text}; jobs of at most 1 GPU: p90 time to ready {p90:,.0f} s "
+            f"{big_text}; jobs of at most 1 GPU: p90 time to ready {format_duration(p90)} "
             f"({len(small)} jobs)"
         )
 

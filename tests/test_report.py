@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -67,10 +68,11 @@ def history(ttr_s: dict[str, list[float]], run_s: float = 600, preempt: str = ""
 
 
 def line_of(text: str, first_word: str) -> list[str]:
-    """The whitespace-split cells of the table line that starts with ``first_word``."""
+    """The cells of the table line that starts with ``first_word``: split where two or more
+    spaces are (a cell such as ``12.3 s`` holds one)."""
     for line in text.splitlines():
         if line.split(maxsplit=1)[:1] == [first_word]:
-            return line.split()
+            return re.split(r" {2,}", line.strip())
     raise AssertionError(f"no line for {first_word!r} in:\n{text}")
 
 
@@ -81,15 +83,15 @@ def line_of(text: str, first_word: str) -> list[str]:
     ("seconds", "text"),
     [
         (None, "-"),
-        (0.0, "0ms"),
-        (0.85, "850ms"),
-        (0.9996, "1.0s"),
-        (12.34, "12.3s"),
-        (59.97, "1.0m"),
-        (246, "4.1m"),
-        (7200, "2.0h"),
-        (3.5 * 86400, "3.5d"),
-        (-90, "-1.5m"),
+        (0.0, "0 ms"),
+        (0.85, "850 ms"),
+        (0.9996, "1.0 s"),
+        (12.34, "12.3 s"),
+        (59.97, "1.0 min"),
+        (246, "4.1 min"),
+        (7200, "2.0 h"),
+        (3.5 * 86400, "3.5 d"),
+        (-90, "-1.5 min"),
     ],
 )
 def test_format_duration(seconds: float | None, text: str) -> None:
@@ -105,7 +107,7 @@ def test_render_table_aligns_and_humanizes() -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["queue", "jobs", "p90", "TTR", "lost_gpu_hours"]
     assert set(lines[1]) == {"-", " "}
-    assert lines[2].split() == ["root/ml/training", "120", "12.3s", "0.04"]
+    assert re.split(r" {2,}", lines[2].strip()) == ["root/ml/training", "120", "12.3 s", "0.04"]
     assert lines[3].split() == ["root/web", "7", "-", "12.0"]
     # Text left-aligned, numbers right-aligned: every row has the same width, and the
     # jobs column's digits end where its header ends.
@@ -141,8 +143,8 @@ def test_tenant_report_rows_and_all_row(tmp_path: Path) -> None:
 
     text = render_table(rows, REPORT_COLUMNS)
     cells = line_of(text, "root/a")
-    assert cells[:9] == ["root/a", "3", "3", "3", "0", "20.0s", "28.0s", "29.8s", "10.3m"]
-    assert line_of(text, "root/b")[5] == "2.0h"
+    assert cells[:9] == ["root/a", "3", "3", "3", "0", "20.0 s", "28.0 s", "29.8 s", "10.3 min"]
+    assert line_of(text, "root/b")[5] == "2.0 h"
     assert line_of(text, "all")[-2:] == ["1", "1.80"]
 
 
@@ -159,18 +161,18 @@ def test_compare_reports_side_by_side(tmp_path: Path) -> None:
     # queue | jobs | gpuledger: ready p50 p90 p99 p90done preempt lost | fifo: same
     assert line_of(out, "root/a") == [
         "root/a", "3",
-        "3", "20.0s", "28.0s", "29.8s", "10.5m", "0", "0.00",
-        "3", "2.0m", "2.8m", "3.0m", "12.8m", "0", "0.00",
+        "3", "20.0 s", "28.0 s", "29.8 s", "10.5 min", "0", "0.00",
+        "3", "2.0 min", "2.8 min", "3.0 min", "12.8 min", "0", "0.00",
     ]  # fmt: skip
     assert line_of(out, "root/b") == [
         "root/b", "1",
-        "1", "1.0m", "1.0m", "1.0m", "11.0m", "1", "1.80",
-        "1", "2.0h", "2.0h", "2.0h", "2.2h", "0", "0.00",
+        "1", "1.0 min", "1.0 min", "1.0 min", "11.0 min", "1", "1.80",
+        "1", "2.0 h", "2.0 h", "2.0 h", "2.2 h", "0", "0.00",
     ]  # fmt: skip
     total = line_of(out, "all")
     assert total[:3] == ["all", "4", "4"]
-    assert total[3] == "25.0s"  # median of 10, 20, 30, 60 s
-    assert total[10] == "2.5m"  # median of 60, 120, 180, 7200 s
+    assert total[3] == "25.0 s"  # median of 10, 20, 30, 60 s
+    assert total[10] == "2.5 min"  # median of 60, 120, 180, 7200 s
     assert "TTR" in out and "no data" in out
 
 
@@ -224,7 +226,7 @@ def test_cli_project_report_and_sql(
 
     assert run_cli(["report", "--db", str(db)]) == 0
     table = capsys.readouterr().out
-    assert line_of(table, "root/a")[:6] == ["root/a", "3", "3", "3", "0", "20.0s"]
+    assert line_of(table, "root/a")[:6] == ["root/a", "3", "3", "3", "0", "20.0 s"]
     assert run_cli(["report", "--db", str(db), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["tenants"]
     assert [r["queue"] for r in rows] == ["a", "b", "all"]
@@ -288,7 +290,17 @@ def test_numbers_read_as_people_read_them() -> None:
     )
     assert "e-0" not in table and "e+0" not in table and "False" not in table
     assert "<0.001" in table and "22,050" in table and "no" in table.split()
-    assert "0.03149972222" in table and "0.03149972222222222" not in table
+    assert "0.0315" in table and "0.03149" not in table  # at most 4 decimals
+    # One number of decimals per column: a measured column by its largest value, a SQL
+    # column by what its values need (at most 4).
+    table = render_table(
+        [{"q": "a", "rate": 191.8, "x": 2.5}, {"q": "b", "rate": 1.6, "x": 0.03149972}],
+        ["q", "rate", Column("x", "x", "raw")],
+    )
+    assert [line.split()[1:] for line in table.splitlines()[2:]] == [
+        ["191.8", "2.5000"],
+        ["1.6", "0.0315"],
+    ]
 
 
 def test_weekly_preemptions_by_rule_add_up(tmp_path: Path) -> None:

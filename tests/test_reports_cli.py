@@ -153,7 +153,7 @@ def test_cli_report_formats(
 ) -> None:
     assert run_cli(["report", "--db", str(demo_db), "--window", "24h"]) == 0
     text = capsys.readouterr().out
-    for title in ("Tenants (last 1.0d", "Fairness SLO", "Preemptions per week", "GPU usage"):
+    for title in ("Tenants (last 1.0 d", "Fairness SLO", "Preemptions per week", "GPU usage"):
         assert title in text
     assert run_cli(["report", "--db", str(demo_db), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)

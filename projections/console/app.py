@@ -183,7 +183,7 @@ class Console:
         self.runs += 1
         if stats.events_read:
             self.log(
-                f"projected {stats.events_read:,} events in {stats.seconds:.2f}s; "
+                f"projected {stats.events_read:,} events in {format_duration(stats.seconds)}; "
                 f"next offset {stats.next_offset}"
             )
 

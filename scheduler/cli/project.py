@@ -22,6 +22,7 @@ from typing import IO, Any
 import duckdb
 import msgspec
 
+from events.ledgertime import format_duration
 from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
 from projections.report import (
@@ -278,7 +279,8 @@ def _project(args: argparse.Namespace, reader: LedgerReader, source: str) -> int
     else:
         sys.stdout.write(
             f"projected {stats.events_read:,} events ({stats.rows_written:,} rows) into "
-            f"{args.db} in {stats.seconds:.2f}s ({stats.events_per_second:,.0f} events/s); "
+            f"{args.db} in {format_duration(stats.seconds)} "
+            f"({stats.events_per_second:,.0f} events/s); "
             f"next offset {stats.next_offset}\n"
         )
     sys.stdout.flush()  # --follow prints a line per run: let a pipe see each as it comes

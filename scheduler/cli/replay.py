@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from events.ledgertime import format_duration
 from events.model import PolicyConfigured
 from replay.config import (
     ClusterFile,
@@ -192,8 +193,9 @@ class _Progress:
     def __call__(self, now_ms: int, submitted: int, total: int) -> None:
         self.drawn = True
         print(
-            f"\r  simulated {now_ms / 3_600_000:8.1f} h  jobs submitted {submitted:>7}/{total}"
-            f"  ({time.perf_counter() - self.start:5.1f} s)",
+            f"\r  simulated {format_duration(now_ms / 1000):>8}  "
+            f"jobs submitted {submitted:>7}/{total}"
+            f"  ({format_duration(time.perf_counter() - self.start):>8})",
             end="",
             file=sys.stderr,
             flush=True,
@@ -273,7 +275,7 @@ def _simulate(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     print(
         f"{result.policy}: {result.jobs} jobs, {result.cycles} cycles, {result.records} ledger "
-        f"records, simulated {result.end_ms / 3_600_000:.1f} h in {elapsed:.2f} s"
+        f"records, simulated {format_duration(result.end_ms / 1000)} in {format_duration(elapsed)}"
     )
     print("job outcomes: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
     print(result.gang_summary())
@@ -359,7 +361,7 @@ def _replay(args: argparse.Namespace) -> int:
     rate = result.records / elapsed if elapsed > 0 else 0.0
     print(
         f"replayed {result.records} records ({result.inputs} inputs, {result.decisions} "
-        f"decisions in {result.cycles} cycles) in {elapsed:.2f} s, {rate:,.0f} records/s"
+        f"decisions in {result.cycles} cycles) in {format_duration(elapsed)}, {rate:,.0f} records/s"
     )
     if result.skipped:
         print(
@@ -551,7 +553,8 @@ def _demo(args: argparse.Namespace) -> int:
         project(open_reader(ledger), str(db), rebuild=True)
         print(
             f"  {policy:<9} {result.jobs} jobs, {result.records} ledger records, "
-            f"simulated {result.end_ms / 3_600_000:.1f} h in {time.perf_counter() - started:.2f} s"
+            f"simulated {format_duration(result.end_ms / 1000)} in "
+            f"{format_duration(time.perf_counter() - started)}"
             f" -> {ledger}"
         )
         dbs[policy] = str(db)

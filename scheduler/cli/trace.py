@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from events.ledgertime import format_duration
 from replay.config import ConfigError
 from replay.traces import (
     FORMATS,
@@ -128,7 +129,7 @@ def _import(args: argparse.Namespace) -> int:
         gpus = sum(g.count * g.gpus for g in cluster.nodes)
         kept = f" ({args.node_fraction:g} of {listed:,})" if args.node_fraction is not None else ""
         _say(f"cluster: {nodes:,} nodes{kept} in {len(cluster.nodes)} groups, {gpus:,} GPUs")
-    _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {elapsed:.2f} s")
+    _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {format_duration(elapsed)}")
     if args.simulate:
         return _simulate_imported(args)
     return 0

@@ -38,7 +38,7 @@ from scheduler.core.reasons import (
     Reason,
     capacity_text,
     gpus,
-    seconds,
+    moment,
 )
 from scheduler.core.running import NEVER
 from scheduler.core.state import ACTIVE, Job, Node, Queue, State
@@ -67,10 +67,10 @@ def blocked_reason(s: Session, queue: Queue, job: Job, reservation: Reservation 
     if held is not None:
         tail = ""
         if reservation is not None and own_start >= 0:
-            tail = f"; its own reservation: {len(reservation.nodes)} nodes at {seconds(own_start)}"
+            tail = f"; its own reservation: {len(reservation.nodes)} nodes at {moment(own_start)}"
             if 0 <= job.promise < own_start:
                 tail += (
-                    f", moved from {seconds(job.promise)} because "
+                    f", moved from {moment(job.promise)} because "
                     f"{moved_because(s, job, reservation)}"
                 )
         return Reason(
@@ -123,7 +123,7 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
     if r.start == NEVER:
         moved = ""
         if promise >= 0:
-            moved = f" (promised for {seconds(promise)}: {moved_because(s, job, r)})"
+            moved = f" (promised for {moment(promise)}: {moved_because(s, job, r)})"
         return Reason(
             f"{nodes} when running jobs end{moved}; smaller jobs backfill the gap", RESERVATION
         )
@@ -135,11 +135,11 @@ def reservation_reason(s: Session, job: Job, r: Reservation) -> Reason:
         if late is not None:
             when = f"as soon as job '{late.job}' of queue '{late.queue}' ends ({_past(late)})"
         return Reason(f"{nodes} {when}; smaller jobs backfill the gap", RESERVATION)
-    text = f"{nodes} at {seconds(r.start)}; smaller jobs backfill the gap"
+    text = f"{nodes} at {moment(r.start)}; smaller jobs backfill the gap"
     if r.start == promise and job.reason.startswith(text):
         text = job.reason  # the promise holds: its reason (and why it last moved) stands
     elif 0 <= promise < r.start:
-        text += f"; moved from {seconds(promise)} because {moved_because(s, job, r)}"
+        text += f"; moved from {moment(promise)} because {moved_because(s, job, r)}"
     return Reason(text, RESERVATION, r.start)
 
 
@@ -200,7 +200,7 @@ def moved_because(s: Session, job: Job, r: Reservation) -> str:
         first = took[0]
         return (
             f"job '{first.job}' of queue '{first.queue}' was placed before it "
-            f"({seconds(first.allocated_at or 0)}) on GPUs it counted on"
+            f"({moment(first.allocated_at or 0)}) on GPUs it counted on"
         )
     return _ends_later(state, r, on_nodes, since)
 
@@ -217,7 +217,7 @@ def _ends_later(state: State, r: Reservation, on_nodes: list[Job], since: int) -
             continue  # its end counts from its placement, which does not move
         if other.started_at > since:
             return (
-                f"job '{other.job}' started only at {seconds(other.started_at)}, and its "
+                f"job '{other.job}' started only at {moment(other.started_at)}, and its "
                 f"expected end counts from its start"
             )
     late = _overrunning(state, r)
@@ -225,10 +225,10 @@ def _ends_later(state: State, r: Reservation, on_nodes: list[Job], since: int) -
         return "the jobs it waits for are now expected to end later"
     if late.started_at is None:
         return (
-            f"job '{late.job}' was placed at {seconds(late.allocated_at or 0)} and has "
-            f"not started within its runtime estimate ({seconds(_raw_end(late))})"
+            f"job '{late.job}' was placed at {moment(late.allocated_at or 0)} and has "
+            f"not started within its runtime estimate ({moment(_raw_end(late))})"
         )
-    return f"job '{late.job}' ran past its runtime estimate ({seconds(_raw_end(late))})"
+    return f"job '{late.job}' ran past its runtime estimate ({moment(_raw_end(late))})"
 
 
 def _promised(state: State, reservation: Reservation | None) -> int:
@@ -243,7 +243,7 @@ def _when(state: State, start: int) -> str:
         return "until running jobs end"
     if start <= state.now:
         return "due as soon as overrunning jobs end"
-    return f"from {seconds(start)}"
+    return f"from {moment(start)}"
 
 
 def _jobs_on(state: State, nodes: dict[str, None]) -> list[Job]:
@@ -274,10 +274,10 @@ def _past(job: Job) -> str:
     """How a job is past its expected end (``_raw_end``)."""
     if job.started_at is None:
         return (
-            f"placed at {seconds(job.allocated_at or 0)} and not started yet, so past its "
-            f"runtime estimate, {seconds(_raw_end(job))}"
+            f"placed at {moment(job.allocated_at or 0)} and not started yet, so past its "
+            f"runtime estimate, {moment(_raw_end(job))}"
         )
-    return f"past its runtime estimate, {seconds(_raw_end(job))}"
+    return f"past its runtime estimate, {moment(_raw_end(job))}"
 
 
 def _overrunning(state: State, r: Reservation) -> Job | None:

@@ -37,7 +37,7 @@ from scheduler.core.session import Emit
 from scheduler.core.stale import evict_stale_gangs
 from scheduler.core.state import ACTIVE, State
 
-REVISION = 14
+REVISION = 15
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 KAI_KNOBS: dict[str, object] = {

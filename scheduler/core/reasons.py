@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from events.ledgertime import format_at, is_wall_clock
 from events.model import MILLI, JobUnschedulable, PodSpec
 from scheduler.core.session import Emit
 from scheduler.core.state import Job
@@ -56,9 +57,10 @@ def gpus(milli: int) -> str:
     return f"{milli / MILLI:g}"
 
 
-def seconds(ms: int) -> str:
-    """A time in ms for people: ``t=3600s``."""
-    return f"t={ms / 1000:g}s"
+def moment(ms: int) -> str:
+    """A ledger time for people, as every tool writes one (``events.ledgertime.format_at``):
+    ``+01:00:00`` on a simulated ledger, ``2026-12-03T06:00:00.000Z`` on a live one."""
+    return format_at(ms, is_wall_clock(ms))
 
 
 def amount(resource: int, value: int) -> str:
@@ -87,7 +89,7 @@ def note_reason(job: Job, reason: Reason, emit: Emit) -> None:
 def backoff_reason(job: Job) -> Reason:
     """A job whose bind failed waits out its backoff."""
     return Reason(
-        f"backing off after {job.bind_failures} failed binds until {seconds(job.backoff_until)}",
+        f"backing off after {job.bind_failures} failed binds until {moment(job.backoff_until)}",
         BACKOFF,
     )
 
