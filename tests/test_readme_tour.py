@@ -32,8 +32,8 @@ def tour_commands() -> list[str]:
     tour = text.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
     commands: list[str] = []
     for block in re.findall(r"```sh\n(.*?)```", tour, flags=re.S):
-        for command in block.replace("\\\n", " ").splitlines():
-            command = command.split("  # ", 1)[0].strip()
+        for line in block.replace("\\\n", " ").splitlines():
+            command = line.split("  # ", 1)[0].strip()
             if command:
                 commands.append(command)
     # The tour's commands given inline: the HTML report and one example.
