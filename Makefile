@@ -3,23 +3,31 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+HASH := $(shell sha1sum pyproject.toml | cut -c1-12)
+RUNTIME := $(VENV)/.runtime-$(HASH)
+STAMP := $(VENV)/.installed-$(HASH)
 # Caches live outside the repo so a clean clone reuses them.
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
 .PHONY: demo test lint typecheck unit wheel-check bench fuzz mutate clean venv kafka-up kafka-down k8s-up k8s-down browsers helm
 
-$(STAMP): pyproject.toml
+# `make demo` needs the runtime dependencies only; `make test` adds the development tools.
+$(RUNTIME): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
 	bash scripts/console-assets.sh  # Chart.js for the console, from the npm registry
+	mkdir -p projections/console/static/vendor  # a package of the wheel, even without npm
+	$(PY) -m pip install -q -e .
+	rm -f $(VENV)/.runtime-*; touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
+	$(PY) -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(VENV)/bin/gpuledger demo --out $(OUT)/demo  # its last line: the console's serve command
 
 lint: $(STAMP)
@@ -45,6 +53,7 @@ helm:
 # file missing from pyproject.toml is caught before users find it.
 wheel-check: $(STAMP)
 	bash scripts/wheel-check.sh
+	bash scripts/demo-check.sh  # `make demo` from a fresh clone: runtime deps only, quiet
 
 test: lint typecheck unit wheel-check
 
