@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # events.port imports events.codec, which imports this module
 __all__ = [
     "WALL_CLOCK_FROM_MS",
     "clock_of",
+    "duration_unit",
     "format_at",
     "format_duration",
     "is_wall_clock",
@@ -83,6 +84,21 @@ def format_at(at_ms: int | float | None, wall: bool) -> str:
     return f"+{days}d {clock}" if days else f"+{clock}"
 
 
+_UNITS = ((1, "s", 60), (60, "min", 60), (3600, "h", 24), (86400, "d", None))
+
+
+def duration_unit(seconds: float) -> tuple[int, str]:
+    """The unit ``format_duration`` writes ``seconds`` in, as (seconds per unit, name):
+    ``(60, "min")`` for 246 s. A chart's axis takes the unit of its largest value, so that
+    its ticks read as the tables' durations do."""
+    s = abs(seconds)
+    for divisor, name, limit in _UNITS:
+        # Compare the ROUNDED value with each limit, so 59.97 s shows as 1.0 min.
+        if limit is None or round(s / divisor, 1) < limit:
+            return divisor, name
+    raise AssertionError("unreachable: the last unit has no limit")
+
+
 def format_duration(seconds: float | None) -> str:
     """Seconds in the largest unit that keeps them readable, one decimal and the unit after
     a space: ``850 ms``, ``12.3 s``, ``4.1 min``, ``2.0 h``, ``3.5 d`` (``parse_duration_ms``
@@ -91,13 +107,10 @@ def format_duration(seconds: float | None) -> str:
         return "-"
     sign = "-" if seconds < 0 else ""
     s = abs(seconds)
-    # Compare the ROUNDED value with each limit, so 59.97 s shows as 1.0m, not 60.0s.
     if round(s * 1000) < 1000:
         return f"{sign}{s * 1000:.0f} ms"
-    for divisor, suffix, limit in ((1, "s", 60), (60, "min", 60), (3600, "h", 24)):
-        if round(s / divisor, 1) < limit:
-            return f"{sign}{s / divisor:.1f} {suffix}"
-    return f"{sign}{s / 86400:.1f} d"
+    divisor, name = duration_unit(s)
+    return f"{sign}{s / divisor:.1f} {name}"
 
 
 def parse_at(text: str, wall: bool, origin_ms: int = 0) -> int:

@@ -36,7 +36,7 @@ from replay.metrics import (
     unallocated_gpu_hours,
     utilisation,
 )
-from replay.sim import SimJob, Simulation
+from replay.sim import InputRefusedError, SimJob, Simulation
 from scheduler.core import State
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
@@ -67,6 +67,8 @@ class Run:
     shares: dict[str, dict[str, float | None]] = field(default_factory=dict)
     """Per queue: how much of its waiting its deserved quota explains
     (``replay.metrics.share_waits``)."""
+    refused: list[InputRefusedError] = field(default_factory=list)
+    """Inputs the scheduler refused and the run left out (only with ``skip_invalid``)."""
 
 
 def _downsample(points: list[tuple[float, float]], limit: int = 400) -> list[tuple[float, float]]:
@@ -83,13 +85,21 @@ def run_policy(
     policy: str,
     knobs: PolicyFile | None,
     ledger: str,
+    skip_invalid: bool = False,
 ) -> Run:
     """Simulate one policy into ``ledger`` and summarise it (runs in a worker process)."""
     started = time.perf_counter()
     cpu_started = time.process_time()
     monitor = ConservationMonitor()
     with new_ledger(ledger) as writer:
-        sim = Simulation(cluster, queues, workload, policy_event(policy, knobs), writer)
+        sim = Simulation(
+            cluster,
+            queues,
+            workload,
+            policy_event(policy, knobs),
+            writer,
+            skip_invalid=skip_invalid,
+        )
         result = sim.run(observe=monitor.observe)
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started
@@ -129,6 +139,7 @@ def run_policy(
         demand=demand,
         cpu_seconds=cpu_seconds,
         shares=share_waits(m, deserved),
+        refused=result.refused,
     )
 
 
@@ -210,10 +221,14 @@ def compare(
     *,
     knobs: PolicyFile | None = None,
     workers: int = 2,
+    skip_invalid: bool = False,
 ) -> list[Run]:
     """Run every policy (in parallel processes) into ``out/<policy>/ledger``."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [(cluster, queues, workload, p, knobs, str(out / p / "ledger")) for p in policies]
+    args = [
+        (cluster, queues, workload, p, knobs, str(out / p / "ledger"), skip_invalid)
+        for p in policies
+    ]
     if workers <= 1 or len(policies) == 1:
         return [run_policy(*a) for a in args]
     with ProcessPoolExecutor(max_workers=min(workers, len(policies))) as pool:

@@ -47,7 +47,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from events.ledgertime import format_at, is_wall_clock, parse_at
+from events.ledgertime import duration_unit, format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
 from projections.console.sandbox import SqlGate, SqlLimits, lock_down
@@ -543,6 +543,11 @@ def build_app(console: Console) -> Starlette:
             "series": report["series"],
             "usage": report["usage"],
         }
+        for suffix in ("ttr_s", "completion_s"):  # each axis in the tables' unit of its top
+            top = max(
+                (t[k] or 0 for t in charts["tenants"] for k in t if k.endswith(suffix)), default=0
+            )
+            charts[f"{suffix}_unit"] = duration_unit(top)
         return page("tenants", request, st, r=report, charts=charts, moment=moment, error=error)
 
     whatifs = WhatIfRuns(console.source) if console.source else None

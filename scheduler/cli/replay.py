@@ -118,6 +118,12 @@ def register(sub: Any) -> None:
     p.add_argument("--policy-file", help="policy.yaml knobs for the gang policy")
     p.add_argument("--out", default="out/compare", help="ledgers, compare.json, compare.html")
     p.add_argument("--workers", type=int, default=2, help="parallel simulations (default 2)")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out an input the scheduler refuses, with a warning and a count, "
+        "instead of stopping",
+    )
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("example", help="a scenario from the seed article: fifo vs gpuledger")
@@ -596,6 +602,8 @@ def _run_compare(
     knobs: PolicyFile | None,
     workers: int,
     title: str,
+    files: dict[str, str] | None = None,
+    skip_invalid: bool = False,
 ) -> list[Any]:
     from replay.compare import compare, table, write  # noqa: PLC0415
 
@@ -604,10 +612,21 @@ def _run_compare(
             raise CliError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
         _fresh_dir(out / policy, force=True)
     try:
-        runs = compare(cluster, queues, workload, policies, out, knobs=knobs, workers=workers)
+        runs = compare(
+            cluster,
+            queues,
+            workload,
+            policies,
+            out,
+            knobs=knobs,
+            workers=workers,
+            skip_invalid=skip_invalid,
+        )
     except ConfigError as exc:
-        raise CliError(str(exc)) from exc
+        raise _refused_error(exc, files or {}) from exc
     print(table(runs))
+    refused = {str(r): r for run in runs for r in run.refused}  # once, whichever policy
+    _refusals(list(refused.values()), files or {})
     json_path, html_path = write(runs, out, title)
     print(f"\nwrote {json_path} and {html_path}")
     return runs
@@ -622,7 +641,18 @@ def _compare(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     title = f"gpuledger compare: {Path(args.workload).name} on {Path(args.cluster).name}"
-    _run_compare(cluster, queues, workload, policies, Path(args.out), knobs, args.workers, title)
+    _run_compare(
+        cluster,
+        queues,
+        workload,
+        policies,
+        Path(args.out),
+        knobs,
+        args.workers,
+        title,
+        files={"job": args.workload, "queue": args.queues, "node": args.cluster},
+        skip_invalid=args.skip_invalid,
+    )
     return 0
 
 

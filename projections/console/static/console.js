@@ -9,14 +9,6 @@ const charts = [];
 const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
   "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
-// Seconds on an axis in the unit that fits the largest value (as the tables' durations).
-function timeUnit(maxSeconds) {
-  if (maxSeconds >= 2 * 86400) return [86400, "days"];
-  if (maxSeconds >= 2 * 3600) return [3600, "hours"];
-  if (maxSeconds >= 2 * 60) return [60, "minutes"];
-  return [1, "seconds"];
-}
-
 function drawCharts() {
   for (const c of charts.splice(0)) c.destroy();
   const data = document.getElementById("chart-data");
@@ -27,8 +19,8 @@ function drawCharts() {
   const bars = (id, suffix) => {
     const el = document.getElementById(id);
     if (!el) return;
-    const values = d.tenants.flatMap((t) => pcts.map((p) => t[`${p}_${suffix}`] || 0));
-    const [per, unit] = timeUnit(Math.max(0, ...values));
+    // The server picks the axis unit as the tables' durations pick theirs (duration_unit).
+    const [per, unit] = d[`${suffix}_unit`];
     charts.push(new window.Chart(el, {
       type: "bar",
       data: {
