@@ -643,7 +643,7 @@ def test_whatif_runs_in_a_worker_and_leaves_the_ledger(
     table = page.locator("#whatif-table").inner_text()
     assert "training" in table and "->" in table
     fates = page.locator("table", has_text="ttr_before_s").inner_text()
-    assert re.search(r"\d+\.\d[smhd]\b", fates)  # durations in human units
+    assert re.search(r"\d+\.\d (s|min|h|d)\b", fates)  # durations in human units
     assert not re.search(r"\d+\.\d{3}\b", fates)  # never 27432.192 seconds
     _shot(page, "whatif")
     run_id = int(page.url.rsplit("/", 1)[1])
