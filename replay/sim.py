@@ -18,7 +18,7 @@ import heapq
 import math
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from events.filelog import new_ledger
@@ -63,7 +63,7 @@ from replay.config import (
     queue_events,
 )
 from scheduler.core.policy import POLICIES
-from scheduler.core.state import ACTIVE, RUNNING, State, ended_attempt
+from scheduler.core.state import ACTIVE, ALLOCATED, RUNNING, State, ended_attempt
 from scheduler.core.tuning import DEFAULT, Tuning
 from scheduler.engine import Engine
 from scheduler.runtime import Runtime
@@ -401,6 +401,8 @@ class Simulation:
         self._nodes_of: dict[str, dict[str, str]] = {}
         self._ticks: dict[int, None] = {}
         self.ready: dict[str, int] = {}
+        self.placed: dict[str, int] = {}
+        """Per job: when the scheduler first placed its gang (its first ``PodsAllocated``)."""
         self.cycles = 0
 
     def _push(self, at: int, event: Event, attempt: int = -1) -> None:
@@ -425,13 +427,46 @@ class Simulation:
             self._push(sim_job.at, sim_job.submitted)
         self._react(self._step(setup, 0), 0)
         self.cycles += 1
+        now, submitted = self._loop(
+            progress=progress, progress_every=progress_every, observe=observe
+        )
+        total = len(self.jobs)
+        engine.flush()
+        if progress is not None:
+            progress(now, submitted, total)
+        statuses = engine.state.status_counts()  # ended jobs included
+        return SimResult(
+            policy=self.policy,
+            jobs=total,
+            records=engine.records,
+            cycles=self.cycles,
+            end_ms=now,
+            statuses=statuses,
+            time_to_ready_ms=self.ready,
+            gpus={j.submitted.job: sum(p.gpu_milli for p in j.submitted.pods) for j in self.jobs},
+            refused=self.refused,
+        )
+
+    def _loop(
+        self,
+        *,
+        until: int | None = None,
+        stop: Callable[[], bool] | None = None,
+        progress: Progress | None = None,
+        progress_every: int = 20_000,
+        observe: Callable[[State, int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Take the queued events in time order, a cycle per moment, until none is left,
+        the next is later than ``until`` or ``stop()`` says so; return the last moment and
+        the submissions taken."""
+        engine = self.engine
         submitted = 0
         total = len(self.jobs)
         heap = self._heap
         jobs = engine.state.jobs
         ended = engine.state.ended
-        now = 0
-        while heap:
+        now = engine.state.now
+        while heap and (until is None or heap[0][0] <= until):
             now = heap[0][0]
             batch: list[tuple[Event, int]] = []
             while heap and heap[0][0] == now:
@@ -455,30 +490,86 @@ class Simulation:
             self.cycles += 1
             if observe is not None:
                 observe(engine.state, now)
-            wakeup = engine.state.wakeup
-            if wakeup is not None and wakeup > now and wakeup not in self._ticks:
-                # a time-based rule falls due then: make sure a cycle runs at that time
-                self._ticks[wakeup] = None
-                self._push(wakeup, Tick())
+            self._wake(now)
             self._after_inputs(batch, now)
             self._react(decisions, now)
             if progress is not None and self.cycles % progress_every == 0:
                 progress(now, submitted, total)
-        engine.flush()
-        if progress is not None:
-            progress(now, submitted, total)
-        statuses = engine.state.status_counts()  # ended jobs included
-        return SimResult(
-            policy=self.policy,
-            jobs=total,
-            records=engine.records,
-            cycles=self.cycles,
-            end_ms=now,
-            statuses=statuses,
-            time_to_ready_ms=self.ready,
-            gpus={j.submitted.job: sum(p.gpu_milli for p in j.submitted.pods) for j in self.jobs},
-            refused=self.refused,
+            if stop is not None and stop():
+                break
+        return now, submitted
+
+    def _wake(self, now: int) -> None:
+        """A time-based rule falls due at the state's wakeup: make sure a cycle runs then."""
+        wakeup = self.engine.state.wakeup
+        if wakeup is not None and wakeup > now and wakeup not in self._ticks:
+            self._ticks[wakeup] = None
+            self._push(wakeup, Tick())
+
+    @classmethod
+    def resume(
+        cls,
+        state: State,
+        runtimes: dict[str, int],
+        *,
+        bind_ms: int,
+        startup_ms: int,
+        arrivals: Sequence[SimJob] = (),
+    ) -> Simulation:
+        """A simulation that carries on from ``state`` — the core's state at a moment of a
+        ledger, which it takes over — with only ``arrivals`` as new work: each active or
+        pending job runs ``runtimes[job]`` ms in all once it has started (less what it has
+        checkpointed), the world binds in ``bind_ms`` and starts pods in ``startup_ms``, and
+        pods that preemption is evicting are gone after ``bind_ms``. ``carry_on`` runs it;
+        ``placed`` then holds when each job was placed. Nothing is recorded."""
+        sim = cls.__new__(cls)
+        sim._setup(
+            [],
+            [],
+            bind_ms=bind_ms,
+            startup_ms=startup_ms,
+            policy=state.config,
+            writer=None,
+            flush_every=1024,
+            tuning=state.tuning,
+            skip_invalid=False,
         )
+        sim.engine.state = state
+        sim.runtime = dict(runtimes)
+        now = state.now
+        for job in state.jobs.values():
+            if job.status == RUNNING and job.started_at is not None:
+                end = job.started_at + max(1, runtimes[job.job] - job.checkpointed_ms)
+                sim._started[job.job] = sim._finishing[job.job] = job.attempt
+                for pod in job.placements:
+                    if pod not in job.finished:
+                        sim._push(max(end, now + 1), PodFinished(job=job.job, pod=pod), job.attempt)
+            elif job.status == ALLOCATED:
+                for pod, placed in job.placements.items():
+                    sim._push(
+                        now + bind_ms, PodBound(job=job.job, pod=pod, node=placed.node), job.attempt
+                    )
+        for job_id, pods in state.held.items():
+            for pod, held in pods.items():
+                sim._push(now + bind_ms, PodEvicted(job=job_id, pod=pod, node=held.node))
+        for arrival in arrivals:
+            sim.runtime[arrival.submitted.job] = arrival.runtime_ms
+            sim._push(arrival.at, arrival.submitted)
+        return sim
+
+    def carry_on(self, until: int, stop: Callable[[], bool] | None = None) -> int:
+        """Run a cycle at the state's moment, then everything that follows up to ``until``
+        (or until ``stop()`` says so); return the last moment simulated."""
+        state = self.engine.state
+        now = state.now
+        state.dirty = True  # the state came from elsewhere: judge every job afresh
+        self._react(self._step([], now), now)
+        self.cycles += 1
+        self._wake(now)
+        if stop is not None and stop():
+            return now
+        last, _ = self._loop(until=until, stop=stop)
+        return last
 
     def _step(self, batch: list[tuple[Event, int]], now: int) -> list[Event]:
         """One engine step; an input it refused raises ``InputRefusedError`` (or, with
@@ -499,6 +590,7 @@ class Simulation:
         for decision in decisions:
             match decision:
                 case PodsAllocated(job=job_id, placements=placements):
+                    self.placed.setdefault(job_id, now)
                     attempt = jobs[job_id].attempt
                     nodes = self._nodes_of.setdefault(job_id, {})
                     for placement in placements:

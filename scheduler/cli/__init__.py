@@ -1,8 +1,9 @@
 """The ``gpuledger`` command line: a thin shell over the library calls of each package.
 
 Every command-line module lives in this package, one per command group (``log``,
-``project``, ``serve``, ``replay``, ``trace``, ``live``, ``kube``); it is the top layer,
-which nothing else imports. A user's mistake is a ``CliError`` (``scheduler.cli.errors``).
+``project``, ``serve``, ``replay``, ``forecast``, ``trace``, ``live``, ``kube``); it is the
+top layer, which nothing else imports. A user's mistake is a ``CliError``
+(``scheduler.cli.errors``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; each command module registers its own sub-commands."""
     # Imported here, so that importing this package (for ``main`` or ``CliError``) loads
     # no command's dependencies.
-    from scheduler.cli import kube, live, log, project, replay, serve, trace  # noqa: PLC0415
+    from scheduler.cli import (  # noqa: PLC0415
+        forecast,
+        kube,
+        live,
+        log,
+        project,
+        replay,
+        serve,
+        trace,
+    )
 
     parser = argparse.ArgumentParser(
         prog="gpuledger", description="An event-sourced GPU batch scheduler with a replayable log."
@@ -31,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.register(sub)
     serve.register(sub)
     replay.register(sub)
+    forecast.register(sub)
     trace.register(sub)
     live.register(sub)
     kube.register(sub)

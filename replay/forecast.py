@@ -1,0 +1,385 @@
+"""When will a pending job start? Forecasts from the state at a moment of a ledger.
+
+The forecast runs the real policy forward from the core's state at that moment
+(``replay.sim.Simulation.resume``): running jobs end when their runtime estimates say, pods
+bind and start as the ledger's own timing did, and no new work arrives. A pending job's
+forecast start is when that run starts its gang. It is run twice: with every job's median
+runtime estimate (the earlier start) and with its 90th-percentile one (the later start), so
+the forecast is a range. A job not started within the horizon is forecast "later than" its
+end.
+
+Runtime estimates, in this order: the job's own ``expected_runtime_ms`` (the same for both
+runs); what the ledger's history says of completed jobs like it — by queue, gang size and
+priority class, falling back to queue and gang size, then queue, then every job — as
+median and 90th percentile; else none. A job without an estimate that runs is taken to run
+past the horizon, so whatever waits behind it is "later than" too.
+
+A forecast is a read-side computation: it never enters a ledger, and the state it starts
+from is a copy.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from events.codec import DecodeError, Envelope, decode_event
+from events.model import JobSubmitted, PodBound, PodsAllocated, PodStarted
+from replay.sim import SimJob, Simulation
+from scheduler.core.apply import apply
+from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
+from scheduler.outcomes import JobOutcome, OutcomeFold
+from scheduler.snapshot import state_bytes, state_from_dict
+from scheduler.validate import validate
+
+DAY_MS = 86_400_000
+HORIZON_MS = 7 * DAY_MS
+MIN_SAMPLES = 3
+"""Completed jobs a group of the history needs before its percentiles are used."""
+
+__all__ = [
+    "ARRIVALS",
+    "HORIZON_MS",
+    "Estimate",
+    "Forecast",
+    "Moment",
+    "Recent",
+    "RuntimeModel",
+    "forecast",
+    "learn",
+    "moment_of",
+    "submit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A runtime estimate: median and 90th percentile in ms (None: no estimate), and
+    where it comes from (``given``, a group of the history, or ``unknown``)."""
+
+    p50_ms: int | None
+    p90_ms: int | None
+    source: str
+
+
+UNKNOWN = Estimate(None, None, "unknown: no estimate given and no history like it")
+
+
+def _percentile(sorted_values: list[int], q: float) -> int:
+    """Nearest-rank percentile of a sorted list (not empty)."""
+    rank = max(1, -(-len(sorted_values) * q // 1))
+    return sorted_values[int(rank) - 1]
+
+
+@dataclass(slots=True)
+class RuntimeModel:
+    """Completed runtimes (ms) by group: (queue, pods, priority class), (queue, pods),
+    (queue,) and () for every job."""
+
+    groups: dict[tuple[object, ...], list[int]] = field(default_factory=dict)
+
+    def add(self, queue: str, pods: int, priority_class: str, runtime_ms: int) -> None:
+        """Note one completed job's runtime."""
+        for key in ((queue, pods, priority_class), (queue, pods), (queue,), ()):
+            bisect.insort(self.groups.setdefault(key, []), runtime_ms)
+
+    def estimate(self, queue: str, pods: int, priority_class: str, elapsed_ms: int = 0) -> Estimate:
+        """The finest group with at least ``MIN_SAMPLES`` completed jobs, or ``UNKNOWN``.
+
+        For a job that has run ``elapsed_ms`` already, only the runtimes longer than that
+        count (how long jobs like it that got this far ran); when none of the group got
+        this far, the job is taken to run as long again as it has (median) or nine times
+        as long (90th percentile): the longer a job has run, the longer it is likely to."""
+        for key, what in (
+            ((queue, pods, priority_class), f"queue {queue}, {pods} pods, {priority_class}"),
+            ((queue, pods), f"queue {queue}, {pods} pods"),
+            ((queue,), f"queue {queue}"),
+            ((), "every queue"),
+        ):
+            runtimes = self.groups.get(key)
+            if runtimes is None or len(runtimes) < MIN_SAMPLES:
+                continue
+            longer = (
+                runtimes[bisect.bisect_right(runtimes, elapsed_ms) :] if elapsed_ms else runtimes
+            )
+            if not longer:
+                return Estimate(
+                    2 * elapsed_ms,
+                    10 * elapsed_ms,
+                    f"history: {what}: ran longer than any of its {len(runtimes)} completed",
+                )
+            return Estimate(
+                _percentile(longer, 0.5),
+                _percentile(longer, 0.9),
+                f"history: {what} (median and p90 of {len(longer)} completed"
+                + (" that ran as long)" if elapsed_ms else ")"),
+            )
+        return UNKNOWN
+
+
+def learn(outcomes: Iterable[JobOutcome]) -> RuntimeModel:
+    """The runtime model of the jobs that completed without preemption: from the moment
+    the gang first ran to the moment it finished."""
+    model = RuntimeModel()
+    for job in outcomes:
+        if (
+            job.status == SUCCEEDED
+            and job.preemptions == 0
+            and job.ready_at_ms is not None
+            and job.finished_at_ms is not None
+        ):
+            model.add(job.queue, job.pods, job.priority_class, job.finished_at_ms - job.ready_at_ms)
+    return model
+
+
+@dataclass(slots=True)
+class Recent:
+    """The submissions of the last ``window_ms`` before the latest one noted, oldest first:
+    what the ``recent`` arrivals assumption repeats."""
+
+    window_ms: int = DAY_MS
+    submissions: deque[tuple[int, JobSubmitted]] = field(default_factory=deque)
+
+    def note(self, at: int, event: JobSubmitted) -> None:
+        """One submission (in ledger order); older ones fall out of the window."""
+        self.submissions.append((at, event))
+        while self.submissions and self.submissions[0][0] < at - self.window_ms:
+            self.submissions.popleft()
+
+
+@dataclass(slots=True)
+class Moment:
+    """What a forecast needs from a ledger up to a moment: the core's state, the jobs'
+    outcomes (for the runtime model), the world's timing (median bind and start-up) and
+    the recent submissions (for the ``recent`` arrivals assumption)."""
+
+    fold: OutcomeFold
+    bind_ms: int
+    startup_ms: int
+    last_offset: int
+    recent: Recent = field(default_factory=Recent)
+
+
+def moment_of(records: Iterable[tuple[int, Envelope]], until_ms: int | None = None) -> Moment:
+    """Fold ``records`` up to ``until_ms`` (inclusive; all of them without it)."""
+    fold = OutcomeFold()
+    recent = Recent()
+    allocated: dict[str, int] = {}
+    binds: list[int] = []
+    starts: list[int] = []
+    bound: dict[tuple[str, str], int] = {}
+    last = -1
+    for offset, env in records:
+        if until_ms is not None and env.at > until_ms:
+            break
+        try:
+            event = decode_event(env, offset)
+        except DecodeError:
+            continue
+        fold.apply(event, offset, env.at)
+        last = offset
+        if isinstance(event, JobSubmitted):
+            recent.note(env.at, event)
+        _timing(event, env.at, allocated, bound, binds, starts)
+    if until_ms is not None:
+        fold.state.now = max(fold.state.now, until_ms)
+    return Moment(fold, _median(binds), _median(starts), last, recent)
+
+
+def _timing(
+    event: object,
+    at: int,
+    allocated: dict[str, int],
+    bound: dict[tuple[str, str], int],
+    binds: list[int],
+    starts: list[int],
+) -> None:
+    """Note the world's bind and start-up delays (as ``replay.whatif`` learns them)."""
+    match event:
+        case PodsAllocated(job=job):
+            allocated[job] = at
+        case PodBound(job=job, pod=pod) if job in allocated:
+            binds.append(at - allocated[job])
+            bound[(job, pod)] = at
+        case PodStarted(job=job, pod=pod) if (job, pod) in bound:
+            starts.append(at - bound.pop((job, pod)))
+
+
+def _median(values: list[int]) -> int:
+    return sorted(values)[len(values) // 2] if values else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """One job's forecast: when it is placed with median and with 90th-percentile
+    runtimes (None: not within the horizon), the horizon's end, its position in its queue
+    (1 first), the core's reason it waits at the moment, and the estimate it used."""
+
+    job: str
+    queue: str
+    position: int
+    earliest_ms: int | None
+    latest_ms: int | None
+    horizon_end_ms: int
+    reason: str
+    estimate: Estimate
+
+
+def _copy(state: State) -> State:
+    copy = state_from_dict(msgspec.msgpack.decode(state_bytes(state)))
+    copy.tuning = state.tuning
+    return copy
+
+
+def estimates(
+    state: State, model: RuntimeModel, given: Mapping[str, int] | None = None
+) -> dict[str, Estimate]:
+    """Every active or pending job's estimate: ``given`` (job → runtime ms, in place of
+    the jobs' own ``expected_runtime_ms``), else its own, else the model's."""
+    out: dict[str, Estimate] = {}
+    for job in state.jobs.values():
+        if job.status not in ACTIVE and job.status != PENDING:
+            continue
+        stated = given.get(job.job) if given is not None else job.expected_runtime_ms
+        if stated is not None:
+            out[job.job] = Estimate(stated, stated, "given")
+            continue
+        elapsed = 0
+        if job.started_at is not None:  # what it has run, in all its attempts
+            elapsed = state.now - job.started_at + job.checkpointed_ms
+        out[job.job] = model.estimate(job.queue, len(job.pods), job.priority_class, elapsed)
+    return out
+
+
+ARRIVALS = ("none", "recent")
+"""What new work a forecast assumes: ``none``, or ``recent``: the submissions of the last
+``Recent.window_ms`` come again, window after window, for as long as the horizon lasts."""
+
+
+def _repeated(moment: Moment, until: int) -> list[tuple[int, str, JobSubmitted]]:
+    """The ``recent`` assumption's arrivals: (moment, original job, submission renamed
+    ``job@k``) for the k-th repetition of each recent submission, up to ``until``."""
+    now = moment.fold.state.now
+    window = moment.recent.window_ms
+    out: list[tuple[int, str, JobSubmitted]] = []
+    submissions = list(moment.recent.submissions)
+    if not submissions:
+        return out
+    k = 1
+    while submissions[0][0] + k * window <= until:
+        for at, event in submissions:
+            when = at + k * window
+            if now < when <= until:
+                out.append(
+                    (when, event.job, msgspec.structs.replace(event, job=f"{event.job}@{k}"))
+                )
+        k += 1
+    return out
+
+
+def _run(
+    state: State,
+    runtimes: dict[str, int],
+    moment: Moment,
+    until: int,
+    targets: set[str] | None,
+    arrivals: Sequence[SimJob] = (),
+) -> tuple[dict[str, int], dict[str, str]]:
+    """One forward run: when each job is placed, and after the first cycle, each pending
+    job's reason."""
+    sim = Simulation.resume(
+        _copy(state),
+        runtimes,
+        bind_ms=moment.bind_ms,
+        startup_ms=moment.startup_ms,
+        arrivals=arrivals,
+    )
+    jobs = sim.engine.state.jobs
+    reasons: dict[str, str] = {}
+
+    def stop() -> bool:
+        if not reasons:
+            reasons.update({j.job: j.reason for j in jobs.values() if j.status == PENDING})
+            reasons[""] = ""  # noted once: after the first cycle
+        return targets is not None and all(t in sim.placed for t in targets)
+
+    sim.carry_on(until, stop)
+    return {j: t for j, t in sim.placed.items() if t <= until}, reasons
+
+
+def forecast(
+    moment: Moment,
+    *,
+    horizon_ms: int = HORIZON_MS,
+    given: Mapping[str, int] | None = None,
+    jobs: Iterable[str] | None = None,
+    arrivals: str = "none",
+) -> list[Forecast]:
+    """The forecast of every pending job at the moment (or of ``jobs`` only, which lets
+    the runs stop once those have started), assuming ``arrivals`` (``ARRIVALS``)."""
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals {arrivals!r}: expected one of {', '.join(ARRIVALS)}")
+    state = moment.fold.state
+    model = learn(moment.fold.jobs.values())
+    known = estimates(state, model, given)
+    never = horizon_ms * 4 + DAY_MS  # a job without an estimate runs past the horizon
+    until = state.now + horizon_ms
+    targets = None if jobs is None else set(jobs)
+    again = _repeated(moment, until) if arrivals == "recent" else []
+
+    def run(which: int) -> tuple[dict[str, int], dict[str, str]]:
+        runtimes = {j: (e.p50_ms, e.p90_ms)[which] or never for j, e in known.items()}
+        new: list[SimJob] = []
+        for when, original, event in again:
+            stated = given.get(original) if given is not None else event.expected_runtime_ms
+            guess = model.estimate(event.queue, len(event.pods), event.priority_class)
+            runtime = stated if stated is not None else (guess.p50_ms, guess.p90_ms)[which]
+            new.append(SimJob(when, event, runtime or never))
+        return _run(state, runtimes, moment, until, targets, new)
+
+    early, reasons = run(0)
+    late, _ = run(1)
+    out: list[Forecast] = []
+    for queue in sorted(state.queues):
+        for position, name in enumerate(_pending(state, queue), start=1):
+            if targets is not None and name not in targets:
+                continue
+            job = state.jobs[name]
+            out.append(
+                Forecast(
+                    job=name,
+                    queue=queue,
+                    position=position,
+                    earliest_ms=early.get(name),
+                    latest_ms=late.get(name),
+                    horizon_end_ms=until,
+                    reason=reasons.get(name, job.reason),
+                    estimate=known.get(name, UNKNOWN),
+                )
+            )
+    return out
+
+
+def _pending(state: State, queue: str) -> Iterator[str]:
+    """The queue's pending jobs in the order its walk takes them."""
+    for _, _, name in state.queues[queue].pending:
+        job = state.jobs.get(name)
+        if job is not None and job.status == PENDING:
+            yield name
+
+
+def submit(moment: Moment, job: JobSubmitted) -> Moment | str:
+    """The moment with ``job`` submitted at it (a copy: ``moment`` is left as it was), or
+    the validator's reason when the scheduler would refuse the job."""
+    state = moment.fold.state
+    why = validate(state, job)
+    if why is not None:
+        return why
+    copy = _copy(state)
+    apply(copy, job, state.now)
+    fold = OutcomeFold(state=copy, jobs=moment.fold.jobs)  # the history, shared read-only
+    return Moment(fold, moment.bind_ms, moment.startup_ms, moment.last_offset, moment.recent)
