@@ -9,18 +9,22 @@ Two inputs:
   ``node``, ``kubernetes_node``), and a millisecond timestamp after the value;
 * a CSV file with the header ``timestamp_ms,node,gpu,utilization_pct[,memory_used_mib]``.
 
-Every other metric of the dump is skipped. A malformed line is a ``MetricsError`` naming
-``file:line`` and what is wrong, so a 50 MB dump with one bad line is fixable.
+The dump is read with prometheus_client's text-format parser, a line at a time; every other
+metric of the dump is skipped once its line has parsed. A malformed line is a
+``MetricsError`` naming ``file:line`` and what is wrong (the parser's reason, or which
+label or value does not fit), so a 50 MB dump with one bad line is fixable.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample as PromSample
 
 from events.codec import Envelope, wrap
 from events.model import GpuUtilizationSampled
@@ -67,25 +71,29 @@ class Sample:
         )
 
 
-# name{labels} value [timestamp]; labels are parsed separately (values may hold braces).
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_UNESCAPE = re.compile(r"\\(.)")
+def _sample(line: str, where: str) -> PromSample:
+    """The one sample of a sample line, as prometheus_client's text-format parser reads it."""
+    try:
+        # A sample line on its own is one untyped family of one sample; parsed a line at a
+        # time so that an error names its line (the parser's errors name none).
+        (family,) = text_string_to_metric_families(line)
+        (sample,) = family.samples
+    except ValueError as exc:
+        raise MetricsError(
+            f"{where}: not a Prometheus sample line ({exc or 'malformed'}): {line[:60]!r}"
+        ) from None
+    return sample
 
 
-def _labels(text: str, where: str) -> dict[str, str]:
-    body = text[1:-1]
-    labels: dict[str, str] = {}
-    pos = 0
-    while pos < len(body):
-        m = _LABEL.match(body, pos)
-        if m is None:
-            raise MetricsError(f"{where}: bad label list near {body[pos : pos + 30]!r}")
-        labels[m.group(1)] = _UNESCAPE.sub(
-            lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(2)
-        )
-        pos = m.end()
-    return labels
+def _stamp_ms(sample: PromSample, where: str) -> int | None:
+    """The sample's timestamp in ms, as written; ``None`` if it has none."""
+    if sample.timestamp is None:
+        return None
+    # prometheus_client divides the exposition's millisecond timestamp by 1000.
+    ms = float(sample.timestamp) * 1000
+    if not math.isfinite(ms) or abs(ms - round(ms)) > 1e-3:
+        raise MetricsError(f"{where}: timestamp {ms:g} is not a whole number of milliseconds")
+    return round(ms)
 
 
 def _percent(value: float, where: str) -> int:
@@ -116,13 +124,11 @@ def parse_dcgm(
         if not line or line.startswith("#"):
             continue
         where = f"{name}:{lineno}"
-        m = _LINE.match(line)
-        if m is None:
-            raise MetricsError(f"{where}: not a Prometheus sample line: {line[:60]!r}")
-        metric, label_text, value_text, stamp = m.groups()
+        sample = _sample(line, where)
+        metric = sample.name
         if metric not in (GPU_UTIL, FB_USED):
             continue
-        labels = _labels(label_text or "{}", where)
+        labels = sample.labels
         gpu = labels.get("gpu")
         if gpu is None or not gpu.isdigit():
             raise MetricsError(f"{where}: {metric} needs a numeric 'gpu' label, got {gpu!r}")
@@ -131,19 +137,18 @@ def parse_dcgm(
             raise MetricsError(
                 f"{where}: {metric} has no node label (one of {', '.join(HOST_LABELS)})"
             )
-        if stamp is not None:
-            at = int(stamp)
-        elif default_at is not None:
+        at = _stamp_ms(sample, where)
+        if at is None:
+            if default_at is None:
+                raise MetricsError(f"{where}: sample has no timestamp; pass a default time (--at)")
             at = default_at
-        else:
-            raise MetricsError(f"{where}: sample has no timestamp; pass a default time (--at)")
-        value = _number(value_text, where)
+        value = float(sample.value)
         key = (at, node, int(gpu))
         if metric == GPU_UTIL:
             util[key] = _percent(value, where)
         else:
-            if math.isnan(value) or value < 0:
-                raise MetricsError(f"{where}: memory used {value_text} MiB is not valid")
+            if not math.isfinite(value) or value < 0:
+                raise MetricsError(f"{where}: memory used {value:g} MiB is not valid")
             memory[key] = round(value)
     return [
         Sample(

@@ -51,11 +51,12 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
+import uvicorn
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -66,6 +67,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from events.codec import (
     DecodeError,
@@ -327,6 +332,75 @@ class _Families(Collector):
         return self.produce()
 
 
+def metrics_app(render: Callable[[], str]) -> Starlette:
+    """The ASGI app of the Prometheus endpoint: ``GET /metrics`` (and ``HEAD``) answer
+    ``render()``; another method there is 405 with ``Allow``, another path 404."""
+
+    async def metrics(_request: Request) -> Response:
+        # Rendered here, on the loop that changes the state, so a scrape sees one
+        # consistent state (prometheus_client's own server would read it from a thread).
+        # The endpoint is a coroutine for that: Starlette runs a plain function in a thread.
+        return Response(render(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+
+
+class _LoopServer(uvicorn.Server):
+    """A uvicorn server that leaves SIGTERM and SIGINT to the event loop's owner."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn would install handlers of its own for the time it serves, and the
+        # service's (run_service) would never hear of the signal that should stop it.
+        yield
+
+
+class MetricsServer:
+    """The Prometheus endpoint over HTTP (``metrics_app`` on uvicorn), served by a task on
+    the running event loop from ``start`` to ``stop``."""
+
+    def __init__(self, render: Callable[[], str], host: str, port: int) -> None:
+        self.render = render
+        self.host = host
+        self.port = port
+        """The port asked for; after ``start``, the one bound (``0`` picks a free one)."""
+        self._server: _LoopServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Listen, or raise ``OSError`` if the address cannot be bound, and serve."""
+        # Bound here rather than by uvicorn, which logs a failure to bind and exits the
+        # process from inside its task; the socket also tells which port 0 became.
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            metrics_app(self.render),
+            log_config=None,  # the service's logging, not uvicorn's own handlers
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _LoopServer(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop listening and let scrapes in progress finish (1 s at most).
+
+        A failure of the server is logged, not raised: ``stop`` runs as the service stops,
+        and must not hide why it stopped (``Fenced`` is exit status 3)."""
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await self._task
+        except Exception:
+            log.exception("the metrics server failed")
+        self._server = self._task = None
+
+
 # --------------------------------------------------------------------------- the service
 
 
@@ -444,11 +518,22 @@ class SchedulerService:
         cfg = self.config
         s = cfg.settings
         await ensure_topics(s)
-        server = None
-        if cfg.metrics_port is not None:
-            server = await asyncio.start_server(
-                self._serve_metrics, cfg.metrics_host, cfg.metrics_port
-            )
+        if cfg.metrics_port is None:
+            await self._schedule(stop)
+            return
+        server = MetricsServer(
+            lambda: self.metrics.render(self.state, cfg.domain), cfg.metrics_host, cfg.metrics_port
+        )
+        await server.start()
+        try:
+            await self._schedule(stop)
+        finally:
+            await server.stop()
+
+    async def _schedule(self, stop: asyncio.Event) -> None:
+        """Join the group and schedule while the domain is this instance's, until ``stop``."""
+        cfg = self.config
+        s = cfg.settings
         self._consumer = new_consumer(
             s.bootstrap,
             security=s.security,
@@ -484,8 +569,6 @@ class SchedulerService:
             if self._producer is not None:
                 with contextlib.suppress(Exception):
                     await self._producer.stop()
-            if server is not None:
-                server.close()
 
     async def _take_over(self) -> None:
         """Fence the previous owner, restore the state, position intake from the ledger."""
@@ -862,23 +945,6 @@ class SchedulerService:
             parts,
         )
 
-    async def _serve_metrics(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            await reader.readline()
-            # Rendered here, on the loop that changes the state, so a scrape sees one
-            # consistent state (prometheus_client's own server would read it from a thread).
-            body = self.metrics.render(self.state, self.config.domain).encode()
-            writer.write(
-                f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        finally:
-            writer.close()
-
 
 class EncodedElsewhere:
     """``encode()``, computed in a child forked at construction while this process's loop
@@ -985,9 +1051,11 @@ __all__ = [
     "DeadLetter",
     "Fenced",
     "Metrics",
+    "MetricsServer",
     "SchedulerService",
     "ServiceConfig",
     "decode_dead_letter",
     "encode_dead_letter",
+    "metrics_app",
     "run_service",
 ]

@@ -500,7 +500,7 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    start(services, s, tmp_path, "--metrics-port", str(port))
+    svc = start(services, s, tmp_path, "--metrics-port", str(port))
     cluster(s, nodes=2)  # 16 GPUs; train and dev deserve 16 each
     send_events(s, "default", [job(f"m{i}", gpus=1000, pods=4) for i in range(6)])
     send_events(s, "default", [job(f"d{i}", queue="dev", pods=2) for i in range(2)])
@@ -543,6 +543,9 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f'gpuledger_time_to_ready_seconds_count{{{d},queue="train"}}'] >= 1
     # prometheus_client writes a sample's labels sorted by name: le before queue.
     assert samples[f'gpuledger_time_to_ready_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
+    # SIGTERM stops the service, metrics server included: the server leaves it to the loop.
+    svc.proc.terminate()
+    assert svc.proc.wait(10) == 0
 
 
 def test_snapshot_plus_tail_equals_full_replay(

@@ -375,9 +375,14 @@ def test_dcgm_dump_parses_utilisation_and_memory() -> None:
         ('DCGM_FI_DEV_GPU_UTIL{Hostname="n"} 10 5', "dump:2: .*numeric 'gpu' label"),
         ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 10 5', "dump:2: .*no node label"),
         ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n"} 10', "dump:2: sample has no timestamp"),
-        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n} 10 5', "dump:2: bad label list"),
-        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n"} ten 5', "dump:2: value 'ten'"),
+        # The syntax is prometheus_client's parser's; its reason goes in the message.
+        ('DCGM_FI_DEV_GPU_UTIL{gpu=0,Hostname="n"} 10 5', "dump:2: .*Invalid labels: gpu=0"),
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n} 10 5', 'dump:2: .*\'{gpu="0",Hostname="n}\''),
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n"} ten 5', "dump:2: .*float: 'ten'"),
         ("this is not prometheus", "dump:2: not a Prometheus sample line"),
+        ("{", "dump:2: not a Prometheus sample line"),
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n"} 10 5.5', "dump:2: timestamp 5.5 is not"),
+        ('DCGM_FI_DEV_FB_USED{gpu="0",Hostname="n"} +Inf 5', "dump:2: memory used inf MiB"),
     ],
 )
 def test_dcgm_errors_name_file_and_line(text: str, message: str) -> None:
@@ -392,6 +397,19 @@ def test_dcgm_host_label_alternatives_and_default_time() -> None:
     ]
     got = [(s.at, s.node, s.device, s.utilization_pct) for s in parse_dcgm(lines, default_at=9)]
     assert got == [(9, "a", 2, 13), (100, "b", 3, 7)]
+
+
+def test_dcgm_timestamps_stay_milliseconds_and_labels_unescape() -> None:
+    # prometheus_client reads a timestamp as seconds (ms / 1000); the samples keep the ms.
+    lines = [
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n \\"x\\""} 50 1764000000123',
+        'DCGM_FI_DEV_FB_USED{gpu="0",Hostname="n \\"x\\""} 4096.4 1764000000123',
+        'DCGM_FI_DEV_GPU_UTIL{Hostname="n2",gpu="1"} 1 -5',
+    ]
+    got = [
+        (s.at, s.node, s.device, s.utilization_pct, s.memory_used_mib) for s in parse_dcgm(lines)
+    ]
+    assert got == [(-5, "n2", 1, 1, 0), (1764000000123, 'n "x"', 0, 50, 4096)]
 
 
 def test_csv_samples_and_errors() -> None:

@@ -1,13 +1,20 @@
 """The scheduler's Prometheus exposition (``scheduler.service.Metrics``) without a broker:
-rendered through prometheus_client and read back with its parser, label values escaped."""
+rendered through prometheus_client and read back with its parser, label values escaped;
+and its HTTP endpoint (``scheduler.service.MetricsServer``) on an event loop of its own."""
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import signal
+import threading
+
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured, Resources
 from scheduler.runtime import Runtime, live_policy
-from scheduler.service import Metrics
+from scheduler.service import Metrics, MetricsServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -65,3 +72,61 @@ def test_metrics_round_trip_with_label_values_that_need_escaping() -> None:
     assert value("gpuledger_time_to_ready_seconds_bucket", queue=weird, le="5") == 1
     assert value("gpuledger_time_to_ready_seconds_bucket", queue=weird, le="+Inf") == 1
     assert value("gpuledger_queue_fair_share_gpus", queue=weird) > 0
+
+
+def _request(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_metrics_endpoint_serves_get_only_and_leaves_signals_alone() -> None:
+    rt = Runtime(validating=False)
+    rt.step([(NodeRegistered(node="n1", gpus=8, cpu_milli=64_000, memory_mib=512_000), 0)], 0)
+    metrics = Metrics()
+    rendered_on: list[threading.Thread] = []
+
+    def render() -> str:
+        rendered_on.append(threading.current_thread())
+        return metrics.render(rt.state, "default")
+
+    async def main() -> dict[tuple[str, str], tuple[int, dict[str, str], bytes]]:
+        sigterm = signal.getsignal(signal.SIGTERM)
+        server = MetricsServer(render, "127.0.0.1", 0)
+        await server.start()
+        try:
+            assert server.port != 0
+            got = {
+                (method, path): await asyncio.to_thread(_request, server.port, method, path)
+                for method, path in [
+                    ("GET", "/metrics"),
+                    ("HEAD", "/metrics"),
+                    ("POST", "/metrics"),
+                    ("GET", "/nope"),
+                    ("GET", "/"),
+                ]
+            }
+            # The service's loop owns SIGTERM and SIGINT; the server installs nothing.
+            assert signal.getsignal(signal.SIGTERM) is sigterm
+        finally:
+            await server.stop()
+        return got
+
+    got = asyncio.run(main())
+    status, headers, body = got[("GET", "/metrics")]
+    assert status == 200
+    assert headers["content-type"] == CONTENT_TYPE_LATEST
+    samples = _samples(body.decode())
+    assert samples[("gpuledger_allocated_gpus_total", frozenset({("domain", "default")}))] == 0
+    status, headers, body = got[("HEAD", "/metrics")]
+    assert (status, body) == (200, b"")
+    status, headers, _ = got[("POST", "/metrics")]
+    assert status == 405
+    assert set(headers["allow"].split(", ")) == {"GET", "HEAD"}
+    assert got[("GET", "/nope")][0] == got[("GET", "/")][0] == 404
+    # Rendered on the thread of the loop (here the main one), not in a worker thread.
+    assert rendered_on and set(rendered_on) == {threading.main_thread()}
