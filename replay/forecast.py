@@ -164,8 +164,14 @@ class Moment:
     recent: Recent = field(default_factory=Recent)
 
 
-def moment_of(records: Iterable[tuple[int, Envelope]], until_ms: int | None = None) -> Moment:
-    """Fold ``records`` up to ``until_ms`` (inclusive; all of them without it)."""
+def moment_of(
+    records: Iterable[tuple[int, Envelope]],
+    until_ms: int | None = None,
+    *,
+    before_offset: int | None = None,
+) -> Moment:
+    """Fold ``records`` up to ``until_ms`` (inclusive), or those before ``before_offset``
+    (as ``gpuledger state --at`` folds them), or all of them."""
     fold = OutcomeFold()
     recent = Recent()
     allocated: dict[str, int] = {}
@@ -174,7 +180,9 @@ def moment_of(records: Iterable[tuple[int, Envelope]], until_ms: int | None = No
     bound: dict[tuple[str, str], int] = {}
     last = -1
     for offset, env in records:
-        if until_ms is not None and env.at > until_ms:
+        if (until_ms is not None and env.at > until_ms) or (
+            before_offset is not None and offset >= before_offset
+        ):
             break
         try:
             event = decode_event(env, offset)

@@ -16,7 +16,7 @@ from scheduler.cli.errors import (
     ledger_errors,
     open_ledger,
 )
-from scheduler.cli.replay import _clock, _refuse_past_the_end, _time_of, parse_bound
+from scheduler.cli.replay import _clock, _refuse_past_the_end, parse_bound
 
 __all__ = ["register"]
 
@@ -69,13 +69,16 @@ def _forecast(args: argparse.Namespace) -> int:
     reader = open_ledger(args.ledger)
     try:
         origin, wall = _clock(reader)
-        until = None
+        kind, value = "end", 0
         if args.at is not None:
-            bound = parse_bound(args.at, origin, wall)
-            _refuse_past_the_end(reader, args.at, bound, wall)
-            until = _time_of(reader, bound)
+            kind, value = parse_bound(args.at, origin, wall)
+            _refuse_past_the_end(reader, args.at, (kind, value), wall)
         with ledger_errors():
-            moment = moment_of(reader.read(0), until)
+            moment = moment_of(
+                reader.read(0),
+                value if kind == "time" else None,
+                before_offset=value if kind == "offset" else None,
+            )
     finally:
         reader.close()
     if moment.last_offset < 0:

@@ -1,0 +1,129 @@
+"""Forecasts (``replay.forecast``, ``gpuledger forecast``): the policy run forward from the
+state at a moment, read off against what the ledger itself says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from events.filelog import LedgerDirReader
+from events.model import JobSubmitted, PodSpec
+from replay.forecast import RuntimeModel, forecast, moment_of, submit
+from scheduler.cli import main
+from scheduler.validate import validate
+
+CLUSTER = "nodes:\n  - {name: n, count: 1, gpus: 8}\ntiming: {bind_latency_s: 0.5, startup_s: 5}\n"
+QUEUES = "queues:\n  - {name: a, deserved_percent: 50}\n  - {name: b, deserved_percent: 50}\n"
+# b-whole waits in the same queue as the job it waits for: for capacity, not for its share.
+# A holds the node for an hour; B (the whole node too) waits for it with a reservation;
+# C, a 1-GPU job, comes later and also waits. Every job states its runtime exactly.
+WORKLOAD = """jobs:
+  - {name: a-long, queue: a, at_s: 0, runtime_s: 3600, expected_runtime_s: 3600, pods: 1, gpus_per_pod: 8}
+  - {name: b-whole, queue: a, at_s: 60, runtime_s: 600, expected_runtime_s: 600, pods: 1, gpus_per_pod: 8}
+  - {name: b-small, queue: a, at_s: 120, runtime_s: 300, expected_runtime_s: 300, pods: 1, gpus_per_pod: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("forecast")
+    for name, text in (("c", CLUSTER), ("q", QUEUES), ("w", WORKLOAD)):
+        (root / f"{name}.yaml").write_text(text)
+    argv = ["simulate", "--cluster", str(root / "c.yaml"), "--queues", str(root / "q.yaml"),
+            "--workload", str(root / "w.yaml"), "--ledger", str(root / "ledger"), "--no-fairness"]  # fmt: skip
+    assert main(argv) == 0
+    return root / "ledger"
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    capsys.readouterr()
+    assert main(["forecast", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def _placed(ledger: Path) -> dict[str, int]:
+    placed: dict[str, int] = {}
+    for _, env in LedgerDirReader(ledger).read(0):
+        if env.type == "pods_allocated":
+            placed.setdefault(env.key, env.at)
+    return placed
+
+
+def test_a_reservation_is_forecast_at_its_promised_time(ledger: Path) -> None:
+    """At 2 min, b-whole holds a reservation for when a-long ends: the forecast (no new
+    work, exact estimates) is that promised moment, and it is what the ledger recorded."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    job = moment.fold.state.jobs["b-whole"]
+    assert job.promise > moment.fold.state.now  # a reservation stands
+    (f,) = forecast(moment, jobs=["b-whole"])
+    assert f.earliest_ms == f.latest_ms == job.promise == _placed(ledger)["b-whole"]
+    assert f.estimate.source == "given" and "reservation" in f.reason
+
+
+def test_every_pending_job_in_queue_order_and_what_the_ledger_did(ledger: Path) -> None:
+    """With exact estimates and nothing arriving after it, each forecast is the start the
+    ledger records (the world here is the simulator's: binds and starts as timed)."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 150_000)
+    result = forecast(moment)
+    assert [(f.queue, f.position, f.job) for f in result] == [
+        ("a", 1, "b-whole"),
+        ("a", 2, "b-small"),
+    ]
+    placed = _placed(ledger)
+    for f in result:
+        assert f.earliest_ms == placed[f.job], f
+
+
+def test_a_job_in_a_quiet_cluster_starts_now(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("jobs:\n  - {name: new, queue: a, at_s: 0, runtime_s: 60, gpus_per_pod: 2}\n")
+    out = _json(capsys, "--ledger", str(ledger), "--job", str(job))  # at the end: all done
+    (row,) = out["jobs"]
+    assert row["job"] == "new" and row["start"] == "now"
+    assert row["earliest_ms"] - out["at_ms"] < 1000
+
+
+def test_a_forecast_at_a_past_moment_equals_one_from_the_truncated_ledger(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = list(LedgerDirReader(ledger).read(0))
+    cut = next(o for o, env in records if env.at > 150_000)
+    export = tmp_path / "prefix.jsonl"
+    assert main(["log", "export", str(ledger), "--until", str(cut), "--out", str(export)]) == 0
+    assert main(["log", "import", str(export), "--ledger", str(tmp_path / "prefix")]) == 0
+    then = _json(capsys, "--ledger", str(ledger), "--at", str(cut))
+    truncated = _json(capsys, "--ledger", str(tmp_path / "prefix"))
+    assert then["jobs"] and then == truncated
+
+
+def test_a_job_the_scheduler_would_refuse_is_refused_with_its_reason(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("jobs:\n  - {name: a-long, queue: a, at_s: 0, runtime_s: 60}\n")
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    duplicate = JobSubmitted(job="a-long", queue="a", pods=(PodSpec(name="a-long-0"),))
+    why = validate(moment.fold.state, duplicate)
+    assert why is not None and submit(moment, duplicate) == why
+    capsys.readouterr()
+    assert main(["forecast", "--ledger", str(ledger), "--at", "2m", "--job", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gpuledger: {job}: {why}\n"
+
+
+def test_the_history_estimates_jobs_like_it_that_ran_as_long() -> None:
+    model = RuntimeModel()
+    for minutes in (10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
+        model.add("q", 1, "train", minutes * 60_000)
+    fresh = model.estimate("q", 1, "train")
+    assert (fresh.p50_ms, fresh.p90_ms) == (50 * 60_000, 90 * 60_000)
+    ran = model.estimate("q", 1, "train", elapsed_ms=65 * 60_000)  # 70..100 ran this long
+    assert (ran.p50_ms, ran.p90_ms) == (80 * 60_000, 100 * 60_000)
+    beyond = model.estimate("q", 1, "train", elapsed_ms=120 * 60_000)
+    assert beyond.p50_ms == 240 * 60_000 and "longer than any" in beyond.source
+    assert model.estimate("other", 4, "train").source.startswith("history: every queue")
+    assert RuntimeModel().estimate("q", 1, "train").p50_ms is None
