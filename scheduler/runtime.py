@@ -29,6 +29,10 @@ from scheduler.core import REVISION, State, apply, cycle
 from scheduler.core.policy import kai_knobs
 from scheduler.validate import validate
 
+REFUSAL_KINDS = ("decode", "schema", "unknown_type", "clock", "invalid")
+"""Why an intake record can be refused: it does not decode, breaks the schema, is of a type
+this version does not know, is stamped too far ahead, or the validator refuses it."""
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
@@ -36,7 +40,7 @@ class Refusal:
 
     index: int
     kind: str
-    """``decode`` | ``schema`` | ``unknown_type`` | ``clock`` | ``invalid``."""
+    """One of ``REFUSAL_KINDS``."""
     reason: str
 
 
@@ -169,4 +173,4 @@ def live_policy(policy: str = "gpuledger") -> PolicyConfigured:
     return kai_knobs(config) if policy == "kai" else config
 
 
-__all__ = ["Input", "Refusal", "Runtime", "StepResult", "live_policy"]
+__all__ = ["REFUSAL_KINDS", "Input", "Refusal", "Runtime", "StepResult", "live_policy"]

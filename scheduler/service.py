@@ -90,9 +90,9 @@ from events.kafka_admin import (
 )
 from events.kafkalog import end_offset_of, read_records
 from events.localfiles import wall_ms
-from events.model import PodsAllocated, tag_of
+from events.model import JobPreempted, PodsAllocated, tag_of
 from scheduler.core import State, fair_shares
-from scheduler.runtime import Input, Refusal, Runtime, StepResult, live_policy
+from scheduler.runtime import REFUSAL_KINDS, Input, Refusal, Runtime, StepResult, live_policy
 from scheduler.snapshot import (
     PART_BYTES,
     CatchUp,
@@ -216,6 +216,12 @@ class Metrics:
     transactions: int = 0
     fair_share_gpu_milli: dict[str, int] = field(default_factory=dict)
     """Per queue, the GPU fair share of the last cycle (``scheduler.core.fair_shares``)."""
+    deserved_gpu_milli: dict[str, int] = field(default_factory=dict)
+    """Per queue, the deserved GPUs of the last cycle (percentages resolved)."""
+    preempted: dict[str, int] = field(default_factory=dict)
+    """Victim's queue → jobs preempted."""
+    lost_gpu_ms: dict[str, int] = field(default_factory=dict)
+    """Victim's queue → GPU-milliseconds of work preemption threw away."""
 
     def observe_cycle(self, seconds: float, decisions: Sequence[Any], state: State) -> None:
         """Record one cycle's latency, its decisions and the jobs it made ready."""
@@ -223,6 +229,9 @@ class Metrics:
         for d in decisions:
             tag = tag_of(type(d))
             self.decisions[tag] = self.decisions.get(tag, 0) + 1
+            if isinstance(d, JobPreempted):
+                self.preempted[d.queue] = self.preempted.get(d.queue, 0) + 1
+                self.lost_gpu_ms[d.queue] = self.lost_gpu_ms.get(d.queue, 0) + d.lost_gpu_ms
             if isinstance(d, PodsAllocated):
                 job = state.jobs.get(d.job)
                 if job is not None:
@@ -231,6 +240,7 @@ class Metrics:
         # One division per micro-batch: the same computation the cycle's rules use.
         shares = fair_shares(state)
         self.fair_share_gpu_milli = {q: row[0] for q, row in shares.fair.items()}
+        self.deserved_gpu_milli = {q: row[0] for q, row in shares.deserved.items()}
 
     def families(self, state: State, domain: str) -> list[Metric]:
         """The metric families of one scrape: these counters and the state's gauges."""
@@ -253,8 +263,8 @@ class Metrics:
             "Intake records refused into the dead-letter topic, by kind.",
             labels=["domain", "kind"],
         )
-        for k, n in sorted(self.dead_letters.items()):
-            dead.add_metric([domain, k], n)
+        for k in sorted({*REFUSAL_KINDS, *self.dead_letters}):  # every kind from 0
+            dead.add_metric([domain, k], self.dead_letters.get(k, 0))
         lag = GaugeMetricFamily(
             "gpuledger_intake_lag", "Intake records not yet in the ledger.", labels=["domain"]
         )
@@ -271,10 +281,14 @@ class Metrics:
         jobs.add_metric([domain, "whole"], len(state.jobs))
         jobs.add_metric([domain, "ended_id"], len(state.ended))
         pending = GaugeMetricFamily(
-            "gpuledger_pending_jobs", "Jobs waiting, per leaf queue.", labels=["domain", "queue"]
+            "gpuledger_pending_workloads",
+            "Jobs waiting, per leaf queue.",
+            labels=["domain", "queue"],
         )
         allocated = GaugeMetricFamily(
-            "gpuledger_allocated_gpus", "GPUs allocated, per queue.", labels=["domain", "queue"]
+            "gpuledger_queue_allocated_gpus",
+            "GPUs allocated, per queue.",
+            labels=["domain", "queue"],
         )
         for name in sorted(state.queues):
             q = state.queues[name]
@@ -282,12 +296,36 @@ class Metrics:
                 pending.add_metric([domain, name], len(q.pending))
             allocated.add_metric([domain, name], q.allocated[0] / 1000)
         share = GaugeMetricFamily(
-            "gpuledger_queue_fair_share_gpus",
+            "gpuledger_queue_fair_share_gpu",
             "GPU fair share of the last cycle, per queue.",
             labels=["domain", "queue"],
         )
         for name in sorted(self.fair_share_gpu_milli):
             share.add_metric([domain, name], self.fair_share_gpu_milli[name] / 1000)
+        deserved = GaugeMetricFamily(
+            "gpuledger_queue_deserved_gpus",
+            "Deserved GPUs of the last cycle, per queue (percentages resolved).",
+            labels=["domain", "queue"],
+        )
+        for name in sorted(self.deserved_gpu_milli):
+            deserved.add_metric([domain, name], self.deserved_gpu_milli[name] / 1000)
+        preempted = CounterMetricFamily(
+            "gpuledger_preempted_workloads",
+            "Jobs preempted, per victim's queue (the rule of each: gpuledger_decisions_total "
+            "and the ledger's job_preempted).",
+            labels=["domain", "queue"],
+        )
+        lost = CounterMetricFamily(
+            "gpuledger_gpu_seconds_lost_to_preemption",
+            "GPU-seconds of work preemption threw away, per victim's queue.",
+            labels=["domain", "queue"],
+        )
+        # Every leaf queue has a series from the start: a dashboard's rate() needs the 0.
+        for name in sorted(
+            {*self.preempted, *(q for q in state.queues if not state.queues[q].children)}
+        ):
+            preempted.add_metric([domain, name], self.preempted.get(name, 0))
+            lost.add_metric([domain, name], self.lost_gpu_ms.get(name, 0) / 1000)
         total = GaugeMetricFamily(
             "gpuledger_allocated_gpus_total", "GPUs allocated in all.", labels=["domain"]
         )
@@ -295,7 +333,7 @@ class Metrics:
             d, sum(n.gpus * 1000 - n.free_gpu_milli for n in state.nodes.values()) / 1000
         )
         ready = HistogramMetricFamily(
-            "gpuledger_time_to_ready_seconds",
+            "gpuledger_admission_wait_time_seconds",
             "Submission to allocation of the jobs allocated, per queue.",
             labels=["domain", "queue"],
         )
@@ -310,7 +348,10 @@ class Metrics:
             jobs,
             pending,
             share,
+            deserved,
             allocated,
+            preempted,
+            lost,
             total,
             ready,
         ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import os
 import re
 import shutil
@@ -726,3 +727,29 @@ def test_helm_install_grants_each_component_exactly_its_rights(
         if r.metadata.name.startswith(release)
     ]
     assert not left, left
+
+
+def test_the_grafana_dashboard_charts_documented_metrics(helm: Helm, tmp_path: Path) -> None:
+    """The dashboard ConfigMap carries the Grafana sidecar's label, its JSON parses, and
+    every metric a panel queries is one docs/operations.md lists (which the live test
+    scrapes from a running service)."""
+    objects = helm.render(tmp_path, {})
+    (board,) = [
+        o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(board["data"]["gpuledger.json"])
+    table = (ROOT / "docs" / "operations.md").read_text().split("<!-- metrics:", 1)[1]
+    documented = set(
+        re.findall(r"^\| `(gpuledger_\w+)`", table.split("<!-- /metrics -->")[0], re.M)
+    )
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"gpuledger_\w+", target["expr"]):
+                queried.add(re.sub(r"_(bucket|count|sum)$", "", name))
+    assert queried and queried <= documented, queried - documented
+    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for topic in ("fair share", "pending", "time to ready", "preemption", "lost", "cycle"):
+        assert topic in titles, topic
+    assert not by_kind(helm.render(tmp_path, {"dashboard": {"enabled": False}}), "ConfigMap")

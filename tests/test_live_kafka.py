@@ -512,7 +512,7 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
             body: str = r.read().decode()
             return body
 
-    wait_for(lambda: "gpuledger_queue_fair_share_gpus" in scrape(), 10, "metrics")
+    wait_for(lambda: "gpuledger_queue_fair_share_gpu" in scrape(), 10, "metrics")
     samples: dict[str, float] = {}
     for line in scrape().splitlines():
         if line and not line.startswith("#"):
@@ -528,21 +528,35 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f'gpuledger_decisions_total{{{d},type="pods_allocated"}}'] >= 1
     assert samples[f'gpuledger_decisions_total{{{d},type="cycle_completed"}}'] >= 1
     assert samples[f"gpuledger_intake_lag{{{d}}}"] == 0
-    assert f'gpuledger_pending_jobs{{{d},queue="train"}}' in samples
+    assert f'gpuledger_pending_workloads{{{d},queue="train"}}' in samples
     assert samples[f'gpuledger_core_jobs{{{d},held="whole"}}'] >= 1
     assert f'gpuledger_core_jobs{{{d},held="ended_id"}}' in samples
-    assert samples[f'gpuledger_pending_jobs{{{d},queue="dev"}}'] == 0
+    assert samples[f'gpuledger_pending_workloads{{{d},queue="dev"}}'] == 0
     # 16 GPUs, both queues deserve 16 (over-subscribed): each queue's fair share is
     # min(deserved, wanted), as KAI-Scheduler's (docs/policy.md §1): train 16 of its 24
     # wanted, dev its 4.
-    train = samples[f'gpuledger_queue_fair_share_gpus{{{d},queue="train"}}']
-    dev = samples[f'gpuledger_queue_fair_share_gpus{{{d},queue="dev"}}']
+    train = samples[f'gpuledger_queue_fair_share_gpu{{{d},queue="train"}}']
+    dev = samples[f'gpuledger_queue_fair_share_gpu{{{d},queue="dev"}}']
     assert dev == 4 and train == 16
-    assert samples[f'gpuledger_allocated_gpus{{{d},queue="dev"}}'] == 4
+    assert samples[f'gpuledger_queue_allocated_gpus{{{d},queue="dev"}}'] == 4
     assert samples[f"gpuledger_allocated_gpus_total{{{d}}}"] == 16
-    assert samples[f'gpuledger_time_to_ready_seconds_count{{{d},queue="train"}}'] >= 1
+    assert samples[f'gpuledger_admission_wait_time_seconds_count{{{d},queue="train"}}'] >= 1
     # prometheus_client writes a sample's labels sorted by name: le before queue.
-    assert samples[f'gpuledger_time_to_ready_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
+    assert samples[f'gpuledger_admission_wait_time_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
+    # Every metric docs/operations.md lists is served; those with a queue column carry
+    # the queue label, for every leaf queue.
+    table = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    rows = table.split("<!-- metrics:", 1)[1].split("<!-- /metrics -->", 1)[0].splitlines()
+    documented = [r.split("|")[1:4] for r in rows if r.startswith("| `gpuledger_")]
+    assert len(documented) >= 10
+    for cell, kind, labels in documented:
+        name = cell.strip().strip("`")
+        series = name + ("_count" if kind.strip() == "histogram" else "")
+        found = [k for k in samples if k.split("{", 1)[0] == series]
+        assert found, f"{name} is documented but not served"
+        if "queue" in labels:
+            for queue in ("train", "dev"):
+                assert any(f'queue="{queue}"' in k for k in found), (name, queue)
     # SIGTERM stops the service, metrics server included: the server leaves it to the loop.
     svc.proc.terminate()
     assert svc.proc.wait(10) == 0

@@ -12,7 +12,14 @@ import threading
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured, Resources
+from events.model import (
+    JobPreempted,
+    JobSubmitted,
+    NodeRegistered,
+    PodSpec,
+    QueueConfigured,
+    Resources,
+)
 from scheduler.runtime import Runtime, live_policy
 from scheduler.service import Metrics, MetricsServer
 
@@ -53,11 +60,13 @@ def test_metrics_round_trip_with_label_values_that_need_escaping() -> None:
     def value(name: str, **labels: str) -> float:
         return got[(name, frozenset({"domain": domain, **labels}.items()))]
 
-    assert value("gpuledger_allocated_gpus", queue=weird) == 3
-    assert value("gpuledger_allocated_gpus", queue="train") == 0
+    assert value("gpuledger_queue_allocated_gpus", queue=weird) == 3
+    assert value("gpuledger_queue_allocated_gpus", queue="train") == 0
     assert value("gpuledger_allocated_gpus_total") == 3
-    assert value("gpuledger_pending_jobs", queue="train") == 1  # 6 GPUs do not fit beside the 3
-    assert value("gpuledger_pending_jobs", queue=weird) == 0
+    assert (
+        value("gpuledger_pending_workloads", queue="train") == 1
+    )  # 6 GPUs do not fit beside the 3
+    assert value("gpuledger_pending_workloads", queue=weird) == 0
     assert value("gpuledger_decisions_total", type="pods_allocated") == 1
     assert value("gpuledger_decisions_total", type="cycle_completed") == 1
     assert value("gpuledger_dead_letters_total", kind="decode") == 2
@@ -67,11 +76,28 @@ def test_metrics_round_trip_with_label_values_that_need_escaping() -> None:
     assert value("gpuledger_cycle_seconds_bucket", le="0.005") == 1
     assert value("gpuledger_cycle_seconds_bucket", le="0.0025") == 0
     # Submitted at 2 s, allocated in the cycle at 5 s: 3 s to ready, in the 5 s bucket.
-    assert value("gpuledger_time_to_ready_seconds_sum", queue=weird) == 3
-    assert value("gpuledger_time_to_ready_seconds_bucket", queue=weird, le="1") == 0
-    assert value("gpuledger_time_to_ready_seconds_bucket", queue=weird, le="5") == 1
-    assert value("gpuledger_time_to_ready_seconds_bucket", queue=weird, le="+Inf") == 1
-    assert value("gpuledger_queue_fair_share_gpus", queue=weird) > 0
+    assert value("gpuledger_admission_wait_time_seconds_sum", queue=weird) == 3
+    assert value("gpuledger_admission_wait_time_seconds_bucket", queue=weird, le="1") == 0
+    assert value("gpuledger_admission_wait_time_seconds_bucket", queue=weird, le="5") == 1
+    assert value("gpuledger_admission_wait_time_seconds_bucket", queue=weird, le="+Inf") == 1
+    assert value("gpuledger_queue_fair_share_gpu", queue=weird) > 0
+    assert value("gpuledger_queue_deserved_gpus", queue=weird) == 4
+    assert value("gpuledger_dead_letters_total", kind="clock") == 0  # every kind, from 0
+    # Preemptions count per victim's queue, with the work they threw away.
+    assert value("gpuledger_preempted_workloads_total", queue="train") == 0
+    preempted = JobPreempted(
+        job="j1",
+        queue=weird,
+        pods=("p",),
+        preemptor="j2",
+        preemptor_queue="train",
+        rule="reclaim",
+        lost_gpu_ms=90_000,
+    )
+    metrics.observe_cycle(0.001, [preempted], rt.state)
+    got = _samples(metrics.render(rt.state, domain))
+    assert value("gpuledger_preempted_workloads_total", queue=weird) == 1
+    assert value("gpuledger_gpu_seconds_lost_to_preemption_total", queue=weird) == 90
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
