@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 import msgspec
 
 from events.codec import DecodeError, Envelope, decode_event
+from events.ledgertime import format_at, format_duration, is_wall_clock
 from events.model import JobSubmitted, PodBound, PodsAllocated, PodStarted
-from replay.sim import SimJob, Simulation
+from replay.config import ConfigError, WorkloadFile, parse
+from replay.sim import SimJob, Simulation, expand
 from scheduler.core.apply import apply
 from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
 from scheduler.outcomes import JobOutcome, OutcomeFold
@@ -50,8 +52,10 @@ __all__ = [
     "Recent",
     "RuntimeModel",
     "forecast",
+    "job_from_yaml",
     "learn",
     "moment_of",
+    "sooner",
     "submit",
 ]
 
@@ -236,6 +240,33 @@ class Forecast:
     reason: str
     estimate: Estimate
 
+    def row(self, now: int) -> dict[str, object]:
+        """As the CLI and the console show it: the range as ledger times (``now`` within a
+        second of the moment, ``later than …`` beyond the horizon) and as waits."""
+        wall = is_wall_clock(now)
+
+        def when(ms: int | None) -> str:
+            if ms is None:
+                return f"later than {format_at(self.horizon_end_ms, wall)}"
+            return "now" if ms - now < 1000 else format_at(ms, wall)
+
+        def wait(ms: int | None) -> str:
+            return "-" if ms is None else format_duration(max(0, ms - now) / 1000)
+
+        same = self.latest_ms == self.earliest_ms
+        return {
+            "job": self.job,
+            "queue": self.queue,
+            "position": self.position,
+            "start": when(self.earliest_ms) + ("" if same else f" – {when(self.latest_ms)}"),
+            "wait": wait(self.earliest_ms) + ("" if same else f" – {wait(self.latest_ms)}"),
+            "earliest_ms": self.earliest_ms,
+            "latest_ms": self.latest_ms,
+            "horizon_end_ms": self.horizon_end_ms,
+            "estimate": self.estimate.source,
+            "reason": self.reason,
+        }
+
 
 def _copy(state: State) -> State:
     copy = state_from_dict(msgspec.msgpack.decode(state_bytes(state)))
@@ -378,6 +409,61 @@ def _pending(state: State, queue: str) -> Iterator[str]:
         job = state.jobs.get(name)
         if job is not None and job.status == PENDING:
             yield name
+
+
+def job_from_yaml(raw: bytes | str, source: str) -> JobSubmitted:
+    """The one job of a workload YAML text (``jobs:`` with one entry, no generators), as
+    submitted at the moment it is forecast from; ``ConfigError`` naming ``source``."""
+    workload = parse(raw, WorkloadFile, source)
+    if len(workload.jobs) != 1 or workload.generators:
+        raise ConfigError(f"{source}: expected exactly one job under jobs: and no generators")
+    only = msgspec.structs.replace(workload.jobs[0], at_s=0)
+    (sim_job,) = expand(msgspec.structs.replace(workload, jobs=[only]))
+    submitted: JobSubmitted = sim_job.submitted
+    return submitted
+
+
+def sooner(
+    moment: Moment, job: JobSubmitted, *, horizon_ms: int = HORIZON_MS, arrivals: str = "none"
+) -> list[dict[str, str]]:
+    """What would make ``job`` (not yet submitted) start sooner: half its gang, each other
+    leaf queue (at most six), and the free GPUs it lacks now; each with its forecast start."""
+    state = moment.fold.state
+    now = state.now
+
+    def start_of(changed: JobSubmitted) -> str:
+        with_it = submit(moment, changed)
+        if isinstance(with_it, str):
+            return f"refused: {with_it}"
+        (f,) = forecast(with_it, horizon_ms=horizon_ms, jobs=[changed.job], arrivals=arrivals)
+        return str(f.row(now)["start"])
+
+    out: list[dict[str, str]] = []
+    if len(job.pods) > 1:
+        half = job.pods[: len(job.pods) // 2]
+        smaller = msgspec.structs.replace(
+            job, pods=half, min_members=min(job.min_members, len(half))
+        )
+        out.append({"change": f"a gang of {len(half)} pods", "start": start_of(smaller)})
+    leaves = [q for q in sorted(state.queues) if not state.queues[q].children and q != job.queue]
+    for queue in leaves[:6]:
+        out.append(
+            {
+                "change": f"queue {queue}",
+                "start": start_of(msgspec.structs.replace(job, queue=queue)),
+            }
+        )
+    wanted = sum(p.gpu_milli for p in job.pods)
+    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
+    if wanted > free:
+        out.append(
+            {
+                "change": f"{(wanted - free) / 1000:g} more free GPUs (it asks for "
+                f"{wanted / 1000:g}, {free / 1000:g} are free)",
+                "start": "now, if its gang fits on them",
+            }
+        )
+    return out
 
 
 def submit(moment: Moment, job: JobSubmitted) -> Moment | str:

@@ -672,3 +672,36 @@ def test_a_moment_past_the_ledgers_end_is_refused(server: Server) -> None:
         server.get("/api/report?at=99d")
     assert late.value.code == 400
     assert "past the ledger's end" in json.loads(late.value.read())["error"]
+
+
+def test_forecasts_read_as_the_cli_prints_them(server: Server, page: Any, ledger: Path) -> None:
+    """The Jobs page at 6 h shows each pending job's position and forecast start, the
+    Forecast page lists the same, and both are what `gpuledger forecast --at 6h --json`
+    prints; the will-it-fit form refuses a job as the scheduler would."""
+    done = subprocess.run(
+        [GPULEDGER, "forecast", "--ledger", str(ledger), "--at", "6h", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    printed = {row["job"]: row for row in json.loads(done.stdout)["jobs"]}
+    assert printed, "the example should have jobs pending at 6h"
+    page.goto(f"{server.url}/jobs?at=6h")
+    rows = page.locator("#pending tr[data-job]")
+    shown = {
+        rows.nth(i).get_attribute("data-job"): (
+            rows.nth(i).locator("[data-col=position]").inner_text(),
+            rows.nth(i).locator("[data-col=forecast]").inner_text(),
+        )
+        for i in range(rows.count())
+    }
+    assert shown == {job: (str(r["position"]), r["start"]) for job, r in printed.items()}
+    page.goto(f"{server.url}/forecast?at=6h")
+    listed = page.locator("#forecasts tr[data-job]")
+    assert [listed.nth(i).get_attribute("data-job") for i in range(listed.count())] == list(printed)
+    assert server.get("/api/forecasts?at=6h")["jobs"] == list(printed.values())
+    page.fill(
+        "textarea[name=job]", "jobs:\n  - {name: nope, queue: ghost, at_s: 0, runtime_s: 60}\n"
+    )
+    page.click("form.whatif button")
+    assert "unknown queue 'ghost'" in page.locator("#new-job").inner_text()

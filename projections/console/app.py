@@ -51,6 +51,7 @@ from events.ledgertime import duration_unit, format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
 from projections.console.sandbox import SqlGate, SqlLimits, lock_down
+from projections.console.forecasts import Forecasts
 from projections.console.travel import Travel, nodes_of
 from projections.console.whatif import MAX_QUEUES_YAML, WhatIfBusyError, WhatIfRuns
 from projections.projector import connect, project
@@ -461,8 +462,10 @@ def build_app(console: Console) -> Starlette:
     async def jobs_page(request: Request) -> Response:
         st = await clock()
         snap, travel_error = await snapshot_of(request, st)
+        ahead, _ = await forecasts_of(request, st)  # a forecast's error shows on its page
+        by_job = ahead["by_job"] if ahead is not None else {}
         if snap is not None:
-            return page("jobs", request, st, snap=snap, error=travel_error)
+            return page("jobs", request, st, snap=snap, error=travel_error, forecasts=by_job)
         try:
             flt = job_filter(request, st)
             error = ""
@@ -484,6 +487,7 @@ def build_app(console: Console) -> Starlette:
             pages=pages,
             page_url=page_url,
             error=error,
+            forecasts=by_job,
             statuses=(
                 "pending",
                 "allocated",
@@ -502,7 +506,11 @@ def build_app(console: Console) -> Starlette:
             return page("missing", request, st, what=f"job {request.path_params['job']}")
         for line in detail["timeline"]:
             line["payload"] = json.loads(line["payload"])
-        return page("job", request, st, d=detail)
+        ahead = None
+        if detail["job"]["status"] == "pending":
+            result, _ = await forecasts_of(request, st)
+            ahead = None if result is None else result["by_job"].get(detail["job"]["job"])
+        return page("job", request, st, d=detail, ahead=ahead)
 
     async def nodes_page(request: Request) -> Response:
         st = await clock()
@@ -552,6 +560,44 @@ def build_app(console: Console) -> Starlette:
 
     whatifs = WhatIfRuns(console.source) if console.source else None
     console.on_stop.append(lambda: whatifs.close() if whatifs is not None else None)
+    forecasts = Forecasts(console.source) if console.source else None
+
+    async def forecasts_of(request: Request, st: dict[str, Any]) -> tuple[Any, str]:
+        """The forecasts at ``?at=`` or at the projection's end, and an error to show."""
+        if forecasts is None:
+            return None, "forecasts need the ledger's address"
+        try:
+            bound = bound_of(request, st)
+            result = await run_in_threadpool(forecasts.at, bound, st["next_offset"])
+        except (ValueError, OSError) as exc:
+            return None, str(exc)
+        return result, ""
+
+    async def api_forecasts(request: Request) -> Response:
+        st = await clock()
+        result, error = await forecasts_of(request, st)
+        if result is None:
+            return _error(400, error)
+        return _json({k: v for k, v in result.items() if k != "by_job"})
+
+    async def forecast_page(request: Request) -> Response:
+        st = await clock()
+        result, error = await forecasts_of(request, st)
+        return page("forecast", request, st, f=result, new=None, pasted="", error=error)
+
+    async def forecast_new(request: Request) -> Response:
+        if forecasts is None:
+            return _error(400, "forecasts need the ledger's address")
+        if not same_origin(request):
+            return _error(403, "cross-origin request refused")
+        body = await request.body()
+        if len(body) > 2 * MAX_QUEUES_YAML:
+            return _error(413, "form too large")
+        text = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}.get("job", "")
+        st = await clock()
+        new = await run_in_threadpool(forecasts.new_job, text, st["next_offset"])
+        result, error = await forecasts_of(request, st)
+        return page("forecast", request, st, f=result, new=new, pasted=text, error=error)
 
     def same_origin(request: Request) -> bool:
         """A browser sends Origin with a cross-site POST: refuse those (CSRF), so that
@@ -611,6 +657,9 @@ def build_app(console: Console) -> Starlette:
         Route("/jobs/{job:path}", job_page),
         Route("/nodes", nodes_page),
         Route("/tenants", tenants_page),
+        Route("/forecast", forecast_page),
+        Route("/forecast", forecast_new, methods=["POST"]),
+        Route("/api/forecasts", api_forecasts),
         Route("/whatif", whatif_page),
         Route("/whatif", whatif_start, methods=["POST"]),
         Route("/whatif/{run:int}", whatif_run),

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from pathlib import Path
 
-import msgspec
-
-from events.ledgertime import format_at, format_duration, is_wall_clock, parse_duration_ms
+from events.ledgertime import format_at, format_duration, parse_duration_ms
 from scheduler.cli.errors import (
     CliError,
     add_damage_options,
@@ -59,7 +57,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _forecast(args: argparse.Namespace) -> int:
-    from replay.forecast import forecast, moment_of  # noqa: PLC0415  # heavy: only when run
+    from replay.config import ConfigError  # noqa: PLC0415  # heavy: only when run
+    from replay.forecast import forecast, job_from_yaml, moment_of, sooner, submit  # noqa: PLC0415
 
     try:
         horizon_ms = parse_duration_ms(args.horizon)
@@ -83,15 +82,23 @@ def _forecast(args: argparse.Namespace) -> int:
         reader.close()
     if moment.last_offset < 0:
         raise CliError(f"{args.ledger}: the ledger holds no records before that moment")
-    name = None
+    jobs, variants = None, []
     if args.job:
-        moment, name, variants = _with_job(args.job, moment, horizon_ms, args.arrivals)
-    else:
-        variants = []
-    jobs = None if name is None else [name]
+        try:
+            raw = Path(args.job).read_bytes()
+            job = job_from_yaml(raw, args.job)
+        except OSError as exc:
+            raise CliError(f"{args.job}: cannot read: {exc.strerror}") from exc
+        except ConfigError as exc:
+            raise CliError(str(exc)) from exc
+        submitted = submit(moment, job)
+        if isinstance(submitted, str):
+            raise CliError(f"{args.job}: {submitted}")
+        variants = sooner(moment, job, horizon_ms=horizon_ms, arrivals=args.arrivals)
+        moment, jobs = submitted, [job.job]
     result = forecast(moment, horizon_ms=horizon_ms, jobs=jobs, arrivals=args.arrivals)
     now = moment.fold.state.now
-    rows = [_row(f, now, wall) for f in result]
+    rows = [f.row(now) for f in result]
     if args.json:
         print(json.dumps({"at_ms": now, "jobs": rows, "sooner": variants}, indent=2))
         return 0
@@ -114,92 +121,3 @@ def _forecast(args: argparse.Namespace) -> int:
     for line in variants:
         print(f"  sooner: {line['change']}: {line['start']}")
     return 0
-
-
-def _row(f: Any, now: int, wall: bool) -> dict[str, Any]:
-    """One forecast as a row: its range in ledger time and as waits from the moment."""
-
-    def when(ms: int | None) -> str:
-        if ms is None:
-            return f"later than {format_at(f.horizon_end_ms, wall)}"
-        return "now" if ms - now < 1000 else format_at(ms, wall)
-
-    def wait(ms: int | None) -> str:
-        return "-" if ms is None else format_duration(max(0, ms - now) / 1000)
-
-    start = when(f.earliest_ms)
-    if f.latest_ms != f.earliest_ms:
-        start += f" – {when(f.latest_ms)}"
-    waits = wait(f.earliest_ms) + (
-        "" if f.latest_ms == f.earliest_ms else f" – {wait(f.latest_ms)}"
-    )
-    return {
-        "job": f.job,
-        "queue": f.queue,
-        "position": f.position,
-        "start": start,
-        "wait": waits,
-        "earliest_ms": f.earliest_ms,
-        "latest_ms": f.latest_ms,
-        "horizon_end_ms": f.horizon_end_ms,
-        "estimate": f.estimate.source,
-        "reason": f.reason,
-    }
-
-
-def _with_job(
-    path: str, moment: Any, horizon_ms: int, arrivals: str
-) -> tuple[Any, str, list[dict[str, Any]]]:
-    """The moment with the job of ``path`` submitted, its name, and what would make it
-    start sooner: half the gang, another leaf queue, the free GPUs that would let it start
-    now. Refused as the scheduler's intake refuses it."""
-    from replay.config import ConfigError, WorkloadFile, load  # noqa: PLC0415
-    from replay.forecast import forecast, submit  # noqa: PLC0415
-    from replay.sim import expand  # noqa: PLC0415
-
-    try:
-        workload = load(path, WorkloadFile)
-        if len(workload.jobs) != 1 or workload.generators:
-            raise CliError(f"{path}: expected exactly one job under jobs: and no generators")
-        spec = workload.jobs[0]
-        (sim_job,) = expand(
-            msgspec.structs.replace(workload, jobs=[msgspec.structs.replace(spec, at_s=0)])
-        )
-    except ConfigError as exc:
-        raise CliError(str(exc)) from exc
-    event = sim_job.submitted
-    submitted = submit(moment, event)
-    if isinstance(submitted, str):
-        raise CliError(f"{path}: {submitted}")
-    state = moment.fold.state
-    wall = is_wall_clock(state.now)
-    variants: list[dict[str, Any]] = []
-
-    def start_of(changed: Any) -> str:
-        with_it = submit(moment, changed)
-        if isinstance(with_it, str):
-            return f"refused: {with_it}"
-        (f,) = forecast(with_it, horizon_ms=horizon_ms, jobs=[changed.job], arrivals=arrivals)
-        return str(_row(f, state.now, wall)["start"])
-
-    if len(event.pods) > 1:
-        half = event.pods[: len(event.pods) // 2]
-        smaller = msgspec.structs.replace(
-            event, pods=half, min_members=min(event.min_members, len(half))
-        )
-        variants.append({"change": f"a gang of {len(half)} pods", "start": start_of(smaller)})
-    leaves = [q for q in sorted(state.queues) if not state.queues[q].children and q != event.queue]
-    for queue in leaves[:6]:
-        moved = msgspec.structs.replace(event, queue=queue)
-        variants.append({"change": f"queue {queue}", "start": start_of(moved)})
-    wanted = sum(p.gpu_milli for p in event.pods)
-    free = sum(n.free_gpu_milli for n in state.nodes.values() if not n.cordoned)
-    if wanted > free:
-        variants.append(
-            {
-                "change": f"{(wanted - free) / 1000:g} more free GPUs (it asks for "
-                f"{wanted / 1000:g}, {free / 1000:g} are free)",
-                "start": "now, if its gang fits on them",
-            }
-        )
-    return submitted, event.job, variants
