@@ -650,7 +650,7 @@ ADMISSION = [
         (1, BindFailed(job="j", pod="j-0", node="n1", reason="node not ready")),
         then={
             "placed": [],
-            "reasons": {"j": ("backing off after 1 failed binds until t=11s", False)},
+            "reasons": {"j": ("backing off after 1 failed binds until +00:00:11", False)},
         },
         bind_backoff_ms=10_000,
     ),
@@ -672,7 +672,7 @@ ADMISSION = [
         (12, BindFailed(job="j", pod="j-0", node="n1", reason="again")),
         then={
             "placed": [],
-            "reasons": {"j": ("backing off after 2 failed binds until t=32s", False)},
+            "reasons": {"j": ("backing off after 2 failed binds until +00:00:32", False)},
         },
         bind_backoff_ms=10_000,
     ),
@@ -1695,7 +1695,7 @@ BACKFILL = [
         then={
             "reasons": {
                 "gang": (
-                    "waiting for a reservation of 2 nodes at t=1001s; smaller jobs backfill the gap",
+                    "waiting for a reservation of 2 nodes at +00:16:41; smaller jobs backfill the gap",
                     False,
                 )
             }
@@ -1710,7 +1710,7 @@ BACKFILL = [
             "reasons": {
                 "gang": (
                     "waiting for a reservation of 2 nodes as soon as job 'long' of queue 'big' "
-                    "ends (past its runtime estimate, t=1001s); smaller jobs backfill the gap",
+                    "ends (past its runtime estimate, +00:16:41); smaller jobs backfill the gap",
                     False,
                 ),
                 "nudge": ("pod 'nudge-0' needs 9 GPUs but the largest matching node has 8", True),

@@ -316,7 +316,7 @@ CASES = {
         gang_with_a_reservation,
         "gang",
         "reservation",
-        ("waiting for a reservation of 2 nodes at t=1001s; smaller jobs backfill the gap",),
+        ("waiting for a reservation of 2 nodes at +00:16:41; smaller jobs backfill the gap",),
     ),
     "reservation draining for jobs backfilled onto it": Case(
         reservation_draining,
@@ -333,13 +333,13 @@ CASES = {
         reservation_due_while_a_job_overruns,
         "gang",
         "reservation",
-        ("as soon as job 'long' of queue 'big' ends (past its runtime estimate, t=1001s)",),
+        ("as soon as job 'long' of queue 'big' ends (past its runtime estimate, +00:16:41)",),
     ),
     "head of another queue behind a reservation": Case(
         head_of_another_queue_behind_a_reservation,
         "other",
         "reserved",
-        ("fits the free GPUs only on nodes reserved for job 'gang' (from t=1001s)",),
+        ("fits the free GPUs only on nodes reserved for job 'gang' (from +00:16:41)",),
     ),
     "job behind its blocked head": Case(
         job_behind_its_blocked_head,
@@ -376,7 +376,7 @@ CASES = {
         backing_off_after_a_failed_bind,
         "j",
         "backoff",
-        ("backing off after 1 failed binds until t=11s",),
+        ("backing off after 1 failed binds until +00:00:11",),
     ),
 }
 
@@ -442,7 +442,7 @@ def test_a_reservation_moved_by_a_job_placed_first_says_so() -> None:
     event = _last(w, "gang")
     assert event.start == 2_010_000
     assert (
-        "moved from t=1001s because job 'h' of queue 'hi' was placed before it (t=10s) "
+        "moved from +00:16:41 because job 'h' of queue 'hi' was placed before it (+00:00:10) "
         "on GPUs it counted on" in event.reason
     )
     w.start(11, "h")
@@ -450,7 +450,7 @@ def test_a_reservation_moved_by_a_job_placed_first_says_so() -> None:
     event = _last(w, "gang")
     assert event.start == 2_011_000
     assert (
-        "moved from t=2010s because job 'h' started only at t=11s, and its expected end "
+        "moved from +00:33:30 because job 'h' started only at +00:00:11, and its expected end "
         "counts from its start" in event.reason
     )
 
@@ -458,7 +458,7 @@ def test_a_reservation_moved_by_a_job_placed_first_says_so() -> None:
 def test_a_reservation_resting_on_a_job_placed_but_not_started_holds_still() -> None:
     # long is placed at t=0 but its pod does not start for 600 s (an image pull, say).
     # The gang's reservation rests on its end: counted from its placement it stays at
-    # t=1000s through 60 cycles; counted from each cycle's time it moved at every one.
+    # +00:16:40 through 60 cycles; counted from each cycle's time it moved at every one.
     w = Recording(node("n1"), node("n2"), queue("big", deserved=16), queue("other"),
                   backfill=True)  # fmt: skip
     w.at(0, job("long", "big", gpus=8, runtime_s=1000, cls="build"))
@@ -467,14 +467,14 @@ def test_a_reservation_resting_on_a_job_placed_but_not_started_holds_still() -> 
         w.at(10 + 10 * k, job(f"o{k}", "other", gpus=8, cls="build"))  # runs a cycle
     gang = [e for e in w.events if isinstance(e, JobUnschedulable) and e.job == "gang"]
     assert [e.start for e in gang] == [1_000_000]
-    assert "waiting for a reservation of 2 nodes at t=1000s" in gang[0].reason
+    assert "waiting for a reservation of 2 nodes at +00:16:40" in gang[0].reason
     # Once it starts, its end counts from its start: one move, saying why.
     w.start(600, "long")
     w.at(605, job("o60", "other", gpus=8, cls="build"))
     event = _last(w, "gang")
     assert event.start == 1_600_000
     assert (
-        "moved from t=1000s because job 'long' started only at t=600s, and its expected end "
+        "moved from +00:16:40 because job 'long' started only at +00:10:00, and its expected end "
         "counts from its start" in event.reason
     )
 
@@ -488,8 +488,8 @@ def test_a_reservation_on_a_job_not_started_within_its_estimate_names_it() -> No
     event = _last(w, "gang")
     assert event.start == -1
     assert (
-        "as soon as job 'long' of queue 'big' ends (placed at t=0s and not started yet, so "
-        "past its runtime estimate, t=100s)" in event.reason
+        "as soon as job 'long' of queue 'big' ends (placed at +00:00:00 and not started yet, so "
+        "past its runtime estimate, +00:01:40)" in event.reason
     )
 
 
@@ -504,7 +504,7 @@ def test_a_reservation_moved_by_a_removed_node_says_so() -> None:
     w.at(5, NodeRemoved(node=free))
     event = _last(w, "gang")
     assert event.start == 2_001_000
-    assert f"moved from t=1001s because node '{free}' was removed or cordoned" in event.reason
+    assert f"moved from +00:16:41 because node '{free}' was removed or cordoned" in event.reason
 
 
 def test_a_reservation_never_moves_later_without_saying_why() -> None:

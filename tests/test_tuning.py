@@ -13,6 +13,7 @@ import pytest
 import scheduler.core
 from replay.examples import EXAMPLES
 from replay.sim import Simulation
+from scheduler.core.policy import REVISION
 from scheduler.core.tuning import DEFAULT, Tuning
 from scheduler.runtime import Runtime
 
@@ -35,7 +36,7 @@ def test_no_module_of_the_core_holds_a_switch() -> None:
     # Constants of the domain, not of how the core works: units and markers.
     constants = {
         "scheduler.core.fairshare.RESOURCES = 3",
-        "scheduler.core.policy.REVISION = 14",
+        f"scheduler.core.policy.REVISION = {REVISION}",  # the ledgers' revision, not a switch
         "scheduler.core.running.NEVER = 4611686018427387904",
         "scheduler.core.state.NON_PREEMPTIBLE_FROM = 100",
         "scheduler.core.state.UNLIMITED = -1",
