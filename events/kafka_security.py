@@ -337,7 +337,7 @@ _REDACTED_LOGGERS = (
     "aiokafka",
     "events.kafkalog",
     "events.kafka_admin",
-    "scheduler.service",
+    "scheduler.runtime.service",
     "scheduler.cli.live",
 )
 

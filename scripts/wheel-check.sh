@@ -18,8 +18,8 @@ cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib, pathlib, sys
 import replay
-for name in ("events", "events.filelog", "scheduler.core", "scheduler.engine", "projections",
-             "projections.projector", "replay.sim", "replay.verify", "scheduler.cli.replay"):
+for name in ("events", "events.filelog", "scheduler.core", "scheduler.runtime.engine", "projections",
+             "projections.projector", "replay.sim", "scheduler.fold.verify", "scheduler.cli.replay"):
     mod = importlib.import_module(name)
     assert (mod.__file__ or "").startswith(sys.prefix), f"{name} imported from {mod.__file__}"
 examples = pathlib.Path(replay.__file__).parent / "examples"

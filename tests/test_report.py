@@ -17,14 +17,13 @@ from projections.projector import project
 from projections.report import (
     COMPARE_COLUMNS,
     REPORT_COLUMNS,
-    Column,
     compare_reports,
     format_duration,
-    render_table,
     tenant_report,
 )
 from scheduler.cli import CliError
 from scheduler.cli.project import register
+from scheduler.render.table import Column, render_table
 from tests.test_projector import (
     ListReader,
     allocated,
@@ -279,7 +278,7 @@ def test_jsonl_export_projects_like_the_ledger(tmp_path: Path, jsonl_ledger: Pat
 
 def test_numbers_read_as_people_read_them() -> None:
     """No scientific notation, no binary noise, no Python spellings in a table."""
-    from projections.report import Column, format_number, render_table
+    from scheduler.render.table import Column, format_number, render_table
 
     assert [format_number(v) for v in (22050.4, 123.45, 12.345, 0.3249, 7.005e-07, 0.0, -2.5)] == [
         "22,050", "123.5", "12.35", "0.325", "<0.001", "0", "-2.50"

@@ -1,4 +1,4 @@
-"""The scheduler's Prometheus exposition (``scheduler.service.Metrics``) without a broker:
+"""The scheduler's Prometheus exposition (``scheduler.runtime.service.Metrics``) without a broker:
 rendered through prometheus_client and read back with its parser, label values escaped."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured, Resources
-from scheduler.runtime import Runtime, live_policy
-from scheduler.service import Metrics
+from scheduler.fold.step import Runtime, live_policy
+from scheduler.runtime.service import Metrics
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

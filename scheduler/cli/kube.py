@@ -64,7 +64,7 @@ def _fenced_exits(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         try:
             return func(args)
         except SinkFenced as exc:
-            from scheduler.service import FENCED_EXIT  # noqa: PLC0415  # only when fenced
+            from scheduler.runtime.service import FENCED_EXIT  # noqa: PLC0415  # only when fenced
 
             log.error("%s; exiting", exc)  # the traceback adds nothing
             return FENCED_EXIT
@@ -154,7 +154,7 @@ def _bind(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from scheduler.embedded import EmbeddedRunner  # noqa: PLC0415
+    from scheduler.runtime.embedded import EmbeddedRunner  # noqa: PLC0415
 
     for flag, value in (("--intake", args.intake), ("--ledger", args.ledger)):
         refuse_kafka_url(

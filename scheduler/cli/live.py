@@ -21,8 +21,8 @@ from events.kafka_security import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaLogE
 from events.model import Event, Tick
 from scheduler.cli.errors import CliError, kafka_errors
 from scheduler.core.policy import POLICIES
-from scheduler.intake import read_dead_letters, send_events, send_intake
-from scheduler.snapshot import PART_BYTES
+from scheduler.fold.snapshot import PART_BYTES
+from scheduler.runtime.intake import read_dead_letters, send_events, send_intake
 
 
 def _common(p: argparse.ArgumentParser, *, domain: bool = True) -> None:
@@ -202,7 +202,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from scheduler.service import ServiceConfig, run_service  # noqa: PLC0415
+    from scheduler.runtime.service import ServiceConfig, run_service  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

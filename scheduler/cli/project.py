@@ -25,13 +25,7 @@ import msgspec
 from events.ledgertime import format_duration
 from events.port import LedgerReader
 from projections.projector import ProjectStats, SchemaError, connect, project
-from projections.report import (
-    Column,
-    full_report,
-    parse_window,
-    render_full_report,
-    render_table,
-)
+from projections.report import full_report, parse_window, render_full_report
 from scheduler.cli.errors import (
     CliError,
     add_damage_options,
@@ -40,6 +34,7 @@ from scheduler.cli.errors import (
     open_ledger,
     refuse_kafka_url,
 )
+from scheduler.render.table import Column, render_table
 
 __all__ = ["register"]
 

@@ -262,8 +262,8 @@ def _simulate(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     ledger = Path(args.ledger)
     _fresh_dir(ledger, args.force, create=False)
-    from projections.report import render_table  # noqa: PLC0415
     from replay.fairness import FairnessMonitor  # noqa: PLC0415
+    from scheduler.render.table import render_table  # noqa: PLC0415
 
     monitor = None if args.no_fairness else FairnessMonitor()
     started = time.perf_counter()
@@ -293,7 +293,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.db:
         from events.sources import open_reader  # noqa: PLC0415
         from projections.projector import project  # noqa: PLC0415
-        from projections.report import REPORT_COLUMNS, render_table, tenant_report  # noqa: PLC0415
+        from projections.report import REPORT_COLUMNS, tenant_report  # noqa: PLC0415
+        from scheduler.render.table import render_table  # noqa: PLC0415
 
         project(open_reader(ledger), args.db, rebuild=True)
         rows = tenant_report(args.db)
@@ -353,7 +354,7 @@ def _time_of(reader: Any, bound: tuple[str, int] | None) -> int | None:
 def _replay(args: argparse.Namespace) -> int:
     if args.policy or args.policy_name or args.queues or args.out:
         return _whatif(args)
-    from replay.verify import run  # noqa: PLC0415
+    from scheduler.fold.verify import run  # noqa: PLC0415
 
     torn = check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
@@ -395,8 +396,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    from projections.report import render_table  # noqa: PLC0415
-    from replay.whatif import what_if  # noqa: PLC0415
+    from replay.whatif import report_of, what_if, whatif_table  # noqa: PLC0415
+    from scheduler.render.table import render_table  # noqa: PLC0415
 
     if not args.out:
         raise CliError("a what-if needs --out DIR for its ledger and report")
@@ -429,59 +430,30 @@ def _whatif(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         raise _refused_error(exc, files) from exc
-    history, rows, fates = result.history, result.rows, result.fates
-    changes = []
-    if result.policy != result.recorded:
-        changes.append(f"policy {result.recorded.policy} -> {result.policy.policy}")
-    if args.queues:
-        changes.append(f"queues from {args.queues}")
+    history, fates = result.history, result.fates
+    report = report_of(result, args.queues or None)
+    changes = report["changes"]
+    assert isinstance(changes, list)
     print(
         f"what-if over {len(history.jobs)} jobs ({', '.join(changes) or 'same policy'}); "
         f"world timing: bind {history.bind_ms} ms, startup {history.startup_ms} ms"
         + (f"; {history.unfinished} jobs had not ended" if history.unfinished else "")
     )
-    table = _whatif_table(rows)
+    table = whatif_table(result.rows)
     print(table)
     _refusals(result.refused, files)
     if fates:
         print("\njobs whose fate changed most:")
         print(render_table(fates, list(fates[0])))
-    report = {"changes": changes, "tenants": rows, "changed_fates": fates}
     (out / "whatif.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "whatif.txt").write_text(table + "\n")
     print(f"\nnew ledger: {out / 'ledger'}; report: {out / 'whatif.json'}")
     return 0
 
 
-def _whatif_table(rows: list[dict[str, Any]]) -> str:
-    """queue | jobs | for each figure: before -> after."""
-    from projections.report import Column, format_value, render_table  # noqa: PLC0415
-    from replay.compare import FIGURES  # noqa: PLC0415
-
-    figures = [f for f in FIGURES if f[1] != "finished_per_day"]
-    cells = [
-        {
-            "queue": row["queue"],
-            "jobs": row["jobs"],
-            **{
-                key: f"{format_value(row[key + ':before'], unit)} -> "
-                f"{format_value(row[key + ':after'], unit)}"
-                for _, key, unit in figures
-            },
-        }
-        for row in rows
-    ]
-    columns = [
-        Column("queue", unit="text"),
-        Column("jobs", unit="count"),
-        *(Column(key, name, "text") for name, key, _ in figures),
-    ]
-    return render_table(cells, columns)
-
-
 def _state(args: argparse.Namespace) -> int:
-    from projections.report import render_table  # noqa: PLC0415
-    from replay.inspect import state_at  # noqa: PLC0415
+    from scheduler.fold.state_at import state_at  # noqa: PLC0415
+    from scheduler.render.table import render_table  # noqa: PLC0415
 
     check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
@@ -657,8 +629,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _example(args: argparse.Namespace) -> int:
-    from projections.report import render_table  # noqa: PLC0415
     from replay.examples import EXAMPLES  # noqa: PLC0415
+    from scheduler.render.table import render_table  # noqa: PLC0415
 
     if not args.name:
         for example in EXAMPLES.values():
