@@ -56,7 +56,7 @@ FLAGS = {
     "ssl_certfile": "--ssl-certfile",
     "ssl_keyfile": "--ssl-keyfile",
 }
-"""The CLI flag of each option (the commands' flags are defined in ``scheduler.cli.live``)."""
+"""The CLI flag of each option (the commands' flags are defined in ``scheduler.cli.common``)."""
 
 
 def option_hint(name: str) -> str:
@@ -338,7 +338,7 @@ _REDACTED_LOGGERS = (
     "events.kafkalog",
     "events.kafka_admin",
     "scheduler.runtime.service",
-    "scheduler.cli.live",
+    "scheduler.cli.scheduler",
 )
 
 

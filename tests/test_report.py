@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -21,8 +20,7 @@ from projections.report import (
     format_duration,
     tenant_report,
 )
-from scheduler.cli import CliError
-from scheduler.cli.project import register
+from scheduler.cli import CliError, build_parser
 from scheduler.render.table import Column, render_table
 from tests.test_projector import (
     ListReader,
@@ -197,9 +195,7 @@ def test_compare_reports_needs_a_run() -> None:
 
 
 def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuledger")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from scheduler.cli.common import add_policy_flag, add_security_arguments, security_of
 from scheduler.cli.errors import (
     CliError,
     kafka_errors,
@@ -22,7 +23,6 @@ from scheduler.cli.errors import (
     open_ledger,
     refuse_kafka_url,
 )
-from scheduler.cli.live import add_policy_flag, add_security_arguments, security_of
 
 if TYPE_CHECKING:
     from scheduler.kube.transport import Deployment
