@@ -5,6 +5,11 @@ Every command-line module lives in this package, one per command and named after
 ``scheduler.cli.queues``); helpers they share are in ``scheduler.cli.common``. It is the
 top layer, which nothing else imports. A user's mistake is a ``CliError``
 (``scheduler.cli.errors``).
+
+Imports inside functions: a command module imports what only its handler needs (the
+simulator, the console, the Kafka service, Parquet) inside that handler, so that
+``gpuledger --help`` and every other command start without loading it. They are for
+start-up time only; no layer below the CLI imports inside a function.
 """
 
 from __future__ import annotations
