@@ -9,7 +9,8 @@ top layer, which nothing else imports. A user's mistake is a ``CliError``
 Imports inside functions: a command module imports what only its handler needs (the
 simulator, the console, the Kafka service, Parquet) inside that handler, so that
 ``gpuledger --help`` and every other command start without loading it. They are for
-start-up time only; no layer below the CLI imports inside a function.
+start-up time only. Below the CLI only ``events.sources`` does so, to load the Kafka
+backend when a ``kafka://`` ledger is opened; none dodges an import cycle.
 """
 
 from __future__ import annotations
