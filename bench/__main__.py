@@ -18,10 +18,10 @@ from typing import Any
 
 from events.memlog import MemoryLedger
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
-from replay.inspect import fold as fold_ledger
 from replay.sim import Simulation
-from replay.verify import run as replay
 from scheduler.core import State
+from scheduler.fold.state_at import fold as fold_ledger
+from scheduler.fold.verify import run as replay
 
 MONTH_CLUSTER = "nodes:\n  - {name: n, count: 125, gpus: 8}\n"  # 1,000 GPUs
 MONTH_QUEUES = """queues:

@@ -45,8 +45,8 @@ import msgspec
 from bench.cluster import packed, running_pods, tree
 from bench.measure import nearest_rank
 from events.model import JobPreempted, JobSubmitted, PodFinished, PodSpec, QueueConfigured
-from projections.report import render_table
 from scheduler.core import State, apply, cycle
+from scheduler.render.table import render_table
 
 POLICIES = ("gpuledger", "fifo")
 

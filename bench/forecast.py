@@ -38,7 +38,7 @@ from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_ev
 from replay.forecast import ARRIVALS, Moment, Recent, forecast, moment_of
 from replay.sim import Simulation
 from replay.traces import Mapping, import_nodes, import_trace, node_fraction, shared_alibaba_dir
-from scheduler.outcomes import OutcomeFold
+from scheduler.fold.outcomes import OutcomeFold
 
 HERE = Path(__file__).parent / "multitenant"
 WAITED_MS = 10 * 60_000

@@ -39,9 +39,9 @@ from events.kafka_admin import (
 from events.kafkalog import KafkaLedger, KafkaReader
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
-from scheduler.intake import send_events, send_intake
-from scheduler.service import SchedulerService, ServiceConfig
-from scheduler.snapshot import encode_snapshot
+from scheduler.fold.snapshot import encode_snapshot
+from scheduler.runtime.intake import send_events, send_intake
+from scheduler.runtime.service import SchedulerService, ServiceConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -227,7 +227,7 @@ def recovery(bootstrap: str, records: int) -> dict[str, Any]:
     full_s = time.perf_counter() - started
 
     # A snapshot 1% before the end, at a cycle boundary, as the service would have made.
-    from replay.verify import run as replay  # noqa: PLC0415
+    from scheduler.fold.verify import run as replay  # noqa: PLC0415
 
     cut = int(len(envs) * 0.99)
     while envs[cut - 1].type != "cycle_completed":

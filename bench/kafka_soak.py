@@ -68,8 +68,8 @@ from events.model import (
     QueueConfigured,
     tag_of,
 )
-from scheduler.intake import read_dead_letters, send_events
-from scheduler.service import INTAKE_NEXT
+from scheduler.runtime.intake import read_dead_letters, send_events
+from scheduler.runtime.service import INTAKE_NEXT
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "default"

@@ -44,7 +44,6 @@ from replay.compare import (
     within_share_ratios,
 )
 from replay.config import ClusterFile, NodeGroup, QueuesFile, WorkloadFile, load, policy_event
-from replay.inspect import fold
 from replay.sim import Simulation
 from replay.traces import (
     Mapping,
@@ -53,7 +52,8 @@ from replay.traces import (
     node_fraction,
     shared_alibaba_dir,
 )
-from replay.verify import run as verify
+from scheduler.fold.state_at import fold
+from scheduler.fold.verify import run as verify
 
 HERE = Path(__file__).parent / "multitenant"
 

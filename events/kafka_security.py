@@ -56,7 +56,7 @@ FLAGS = {
     "ssl_certfile": "--ssl-certfile",
     "ssl_keyfile": "--ssl-keyfile",
 }
-"""The CLI flag of each option (the commands' flags are defined in ``scheduler.cli.live``)."""
+"""The CLI flag of each option (the commands' flags are defined in ``scheduler.cli.common``)."""
 
 
 def option_hint(name: str) -> str:
@@ -337,8 +337,8 @@ _REDACTED_LOGGERS = (
     "aiokafka",
     "events.kafkalog",
     "events.kafka_admin",
-    "scheduler.service",
-    "scheduler.cli.live",
+    "scheduler.runtime.service",
+    "scheduler.cli.scheduler",
 )
 
 

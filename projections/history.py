@@ -1,6 +1,6 @@
 """The rows of the ``pods``, ``allocations`` and ``queue_shares`` tables.
 
-``pods`` and ``allocations`` are the changes ``scheduler.outcomes.OutcomeFold`` recorded
+``pods`` and ``allocations`` are the changes ``scheduler.fold.outcomes.OutcomeFold`` recorded
 (the same fold gives ``jobs`` and ``replay.metrics`` their figures); the live jobs' rows
 are given back to it when a run starts (``load_outcomes``), so it resumes anywhere.
 
@@ -9,7 +9,7 @@ are given back to it when a run starts (``load_outcomes``), so it resumes anywhe
 of ledger time that events cross, storing a row per queue only when its figures change (an
 interval of minutes), so the table grows with the events, not with the clock. The core's
 state cannot be rebuilt from table rows: it is saved into ``projection_state`` in
-``scheduler.snapshot``'s versioned msgpack format, in the same transaction as the rows
+``scheduler.fold.snapshot``'s versioned msgpack format, in the same transaction as the rows
 and offset it matches; a snapshot this version cannot read is refused and the state
 refolded from offset 0 instead (rows are not re-emitted).
 """
@@ -32,8 +32,8 @@ from events.model import (
 )
 from projections.columns import rows_table, schema, table
 from scheduler.core import State, fair_shares
-from scheduler.outcomes import Allocation, JobOutcome, OutcomeFold, PodOutcome
-from scheduler.snapshot import SNAPSHOT_FORMAT, decode_snapshot, encode_snapshot
+from scheduler.fold.outcomes import Allocation, JobOutcome, OutcomeFold, PodOutcome
+from scheduler.fold.snapshot import SNAPSHOT_FORMAT, decode_snapshot, encode_snapshot
 
 __all__ = [
     "ALLOCATION_SCHEMA",
@@ -104,7 +104,7 @@ SHARE_SCHEMA = schema(
 """The stored columns of ``queue_shares``; the projector derives ms, s and GPUs on insert."""
 
 STATE_FORMAT = f"gpuledger-snapshot-{SNAPSHOT_FORMAT}"
-"""``projection_state.format`` of a core state saved with ``scheduler.snapshot``."""
+"""``projection_state.format`` of a core state saved with ``scheduler.fold.snapshot``."""
 
 SHARE_NEUTRAL: frozenset[type[Event]] = frozenset(
     {Tick, PodBound, PodStarted, CycleCompleted, GpuUtilizationSampled, JobRejected}
@@ -148,7 +148,7 @@ class ShareFold:
     unset computes nothing (every current interval simply goes on)."""
 
     def snapshot(self) -> bytes:
-        """The core's state in ``scheduler.snapshot``'s versioned msgpack format."""
+        """The core's state in ``scheduler.fold.snapshot``'s versioned msgpack format."""
         return encode_snapshot("projection", self.state, 0, 0, 0)
 
     @classmethod

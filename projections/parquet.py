@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from projections.projector import SCHEMA_VERSION, connect
-from projections.views import SHARE_VIEW_DDL, VIEW_DDL
+from projections.views import JOB_AGGREGATES, SHARE_VIEW_DDL, VIEW_DDL
 
 __all__ = ["PARTITIONED", "UNPARTITIONED", "export_parquet", "open_parquet"]
 
@@ -108,8 +108,6 @@ def open_parquet(directory: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection
 
     Raises ``FileNotFoundError`` when ``directory`` holds no export (no ``manifest.json``).
     """
-    from projections.views import JOB_AGGREGATES  # noqa: PLC0415  # keep the module light
-
     root = Path(directory)
     if not (root / "manifest.json").is_file():
         raise FileNotFoundError(f"no Parquet export at {root} (no manifest.json)")

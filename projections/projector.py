@@ -19,7 +19,7 @@ It is incremental and idempotent. ``projection_offsets`` records, per projection
 next ledger offset to apply; each batch's rows and the advanced offsets commit in one
 DuckDB transaction, so a re-run never applies an event twice and a crash mid-batch
 leaves the previous batch's consistent state. Every event is folded through the policy
-core once (``scheduler.outcomes.OutcomeFold``); the jobs, pods and allocations are read
+core once (``scheduler.fold.outcomes.OutcomeFold``); the jobs, pods and allocations are read
 off its state, and ``queue_shares`` samples it. The job outcomes of live jobs are reloaded
 from ``jobs``, ``pods`` and ``allocations`` when a run starts, the core's state from its
 snapshot in ``projection_state``.
@@ -76,8 +76,8 @@ from projections.views import (
     VIEW_DDL,
     VIEW_NAMES,
 )
-from scheduler.outcomes import DONE_STATUSES, OutcomeFold
-from scheduler.snapshot import SnapshotError
+from scheduler.fold.outcomes import DONE_STATUSES, OutcomeFold
+from scheduler.fold.snapshot import SnapshotError
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -326,7 +326,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (queue, from_minute)
         )
         """,
-        # This step moves the saved core state to scheduler.snapshot's format: a pickled
+        # This step moves the saved core state to scheduler.fold.snapshot's format: a pickled
         # one is dropped and queue_shares refolded from the start.
         "DELETE FROM projection_state",
         "ALTER TABLE projection_state ADD COLUMN last_minute BIGINT",
@@ -477,7 +477,7 @@ _JOB_STATE_SCHEMA = schema(
     "unschedulable_cause:string started_pods:int32 finished_pods:int32 failed_pods:int32"
 )
 _JOB_STATE_COLUMNS: tuple[str, ...] = tuple(_JOB_STATE_SCHEMA.names)
-# The batch carries the two durations as ``scheduler.outcomes`` defines them, too.
+# The batch carries the two durations as ``scheduler.fold.outcomes`` defines them, too.
 _JOB_BATCH_SCHEMA = _JOB_STATE_SCHEMA.append(pa.field("time_to_ready_ms", pa.int64())).append(
     pa.field("completion_ms", pa.int64())
 )

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from events.filelog import LedgerDirReader, new_ledger
-from projections.report import Column, Unit, render_table
 from replay.config import (
     ClusterFile,
     PolicyFile,
@@ -41,6 +40,8 @@ from scheduler.core import State
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
 from scheduler.core.state import GANG_POLICIES
+from scheduler.render.svg import bar_chart, esc, line_chart
+from scheduler.render.table import Column, Unit, render_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +448,6 @@ def to_json(runs: Sequence[Run]) -> dict[str, Any]:
 
 def to_html(runs: Sequence[Run], title: str) -> str:
     """A self-contained page: percentile bars per tenant, utilisation and queue depth."""
-    from projections.html import bar_chart, esc, line_chart  # noqa: PLC0415
 
     queues = [r["queue"] for r in runs[0].tenants]
     parts = [

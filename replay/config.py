@@ -26,6 +26,7 @@ from events.model import (
     QueueConfigured,
     Resources,
 )
+from scheduler.core.policy import REVISION, kai_knobs
 
 MAX_QUANTITY = 1e12
 """The largest amount or duration a file may give (GPUs, cores, GiB, seconds, rates).
@@ -307,8 +308,6 @@ def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured
     """The ``policy_configured`` event for a policy name and its knobs. ``kai`` is the gang
     policy with KAI-Scheduler's knobs (``scheduler.core.policy.KAI_KNOBS``) in force,
     whatever the file says of them."""
-    from scheduler.core.policy import REVISION, kai_knobs  # noqa: PLC0415  # importable alone
-
     k = knobs or PolicyFile()
     if k.placement not in ("binpack", "spread"):
         raise ConfigError(f"policy: placement must be binpack or spread, not {k.placement!r}")

@@ -34,9 +34,9 @@ from replay.config import ConfigError, WorkloadFile, parse
 from replay.sim import SimJob, Simulation, expand
 from scheduler.core.apply import apply
 from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
-from scheduler.outcomes import JobOutcome, OutcomeFold
-from scheduler.snapshot import state_bytes, state_from_dict
-from scheduler.validate import validate
+from scheduler.fold.outcomes import JobOutcome, OutcomeFold
+from scheduler.fold.snapshot import state_bytes, state_from_dict
+from scheduler.fold.validate import validate
 
 DAY_MS = 86_400_000
 HORIZON_MS = 7 * DAY_MS

@@ -4,7 +4,7 @@ The what-if report and ``gpuledger compare`` need the same figures for two or mo
 ledgers side by side, quickly and without a database: per job its submission, first
 readiness, end, preemptions, lost and idle GPU time; per queue the percentiles; over time
 the GPU utilisation and the queue depth. The per-job figures come from
-``scheduler.outcomes.OutcomeFold``, the fold the DuckDB projector uses too, so both answer
+``scheduler.fold.outcomes.OutcomeFold``, the fold the DuckDB projector uses too, so both answer
 the same questions with the same numbers.
 """
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from events.codec import DecodeError, Envelope, decode_event
 from events.model import MILLI
 from events.port import LedgerReader
-from scheduler.outcomes import JobOutcome, OutcomeFold, completion_ms
+from scheduler.fold.outcomes import JobOutcome, OutcomeFold, completion_ms
 
 HOUR_MS = 3_600_000
 
 
 @dataclass(slots=True)
 class JobRecord:
-    """One job's fate (``scheduler.outcomes.JobOutcome`` in the units reports use)."""
+    """One job's fate (``scheduler.fold.outcomes.JobOutcome`` in the units reports use)."""
 
     job: str
     queue: str

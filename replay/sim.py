@@ -2,7 +2,7 @@
 
 It plays the world around the scheduler — users submitting jobs, the binder binding pods,
 the kubelet starting them, jobs running to completion — as timed input events, and feeds
-them to ``scheduler.engine.Engine``, which writes the very ledger a live run would write.
+them to ``scheduler.runtime.engine.Engine``, which writes the very ledger a live run would write.
 All inputs stamped with the same millisecond are applied together and followed by one
 scheduling cycle.
 
@@ -65,8 +65,8 @@ from replay.config import (
 from scheduler.core.policy import POLICIES
 from scheduler.core.state import ACTIVE, ALLOCATED, RUNNING, State, ended_attempt
 from scheduler.core.tuning import DEFAULT, Tuning
-from scheduler.engine import Engine
-from scheduler.runtime import Runtime
+from scheduler.fold.step import Runtime
+from scheduler.runtime.engine import Engine
 
 SECOND = 1000
 
@@ -133,7 +133,7 @@ def expand(workload: WorkloadFile) -> list[SimJob]:
     for index, spec in enumerate(workload.jobs):
         where = f"workload.jobs[{index}] ({spec.name})"
         if spec.min_members > spec.pods:
-            # Intake (scheduler/validate.py) refuses such a job; so does the loader.
+            # Intake (scheduler/fold/validate.py) refuses such a job; so does the loader.
             raise ConfigError(
                 f"{where}.min_members: {spec.min_members} is more than its {spec.pods} pods"
             )
@@ -236,7 +236,7 @@ def _gpu_value(drawn: float) -> float:
 
 
 class InputRefusedError(ConfigError):
-    """An input of the run that the scheduler's intake refuses (``scheduler.validate``): a
+    """An input of the run that the scheduler's intake refuses (``scheduler.fold.validate``): a
     job, queue or node of the input files, or a recorded fact a what-if re-runs. ``kind``
     says which input file it came from: ``job``, ``queue``, ``node`` or ``event``."""
 

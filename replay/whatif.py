@@ -35,10 +35,12 @@ from events.model import (
     QueueRemoved,
 )
 from events.port import LedgerReader
+from replay.compare import FIGURES
 from replay.config import PolicyFile, policy_event
 from replay.metrics import LedgerMetrics, collect, percentile, tenant_rows
 from replay.sim import InputRefusedError, SimJob, Simulation
 from scheduler.core.policy import KAI_KNOBS, kai_knobs
+from scheduler.render.table import Column, format_value, render_table
 
 
 @dataclass(slots=True)
@@ -289,3 +291,38 @@ def changed_fates(
         )
     out.sort(key=lambda item: (item[0], item[1]))
     return [row for _, _, row in out[:top]]
+
+
+def report_of(result: WhatIf, queues_from: str | None = None) -> dict[str, object]:
+    """What ``whatif.json`` holds: the changes made (``queues_from`` names where the new
+    queues came from), the per-tenant rows and the jobs whose fate changed most. Written by
+    ``gpuledger replay --out`` and by the console's What-if page alike."""
+    changes = []
+    if result.policy != result.recorded:
+        changes.append(f"policy {result.recorded.policy} -> {result.policy.policy}")
+    if queues_from is not None:
+        changes.append(f"queues from {queues_from}")
+    return {"changes": changes, "tenants": result.rows, "changed_fates": result.fates}
+
+
+def whatif_table(rows: list[dict[str, object]]) -> str:
+    """queue | jobs | for each figure: before -> after (``whatif.txt``)."""
+    figures = [f for f in FIGURES if f[1] != "finished_per_day"]
+    cells = [
+        {
+            "queue": row["queue"],
+            "jobs": row["jobs"],
+            **{
+                key: f"{format_value(row[key + ':before'], unit)} -> "
+                f"{format_value(row[key + ':after'], unit)}"
+                for _, key, unit in figures
+            },
+        }
+        for row in rows
+    ]
+    columns = [
+        Column("queue", unit="text"),
+        Column("jobs", unit="count"),
+        *(Column(key, name, "text") for name, key, _ in figures),
+    ]
+    return render_table(cells, columns)

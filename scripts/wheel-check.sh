@@ -18,8 +18,11 @@ cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import importlib, pathlib, sys
 import replay
-for name in ("events", "events.filelog", "scheduler.core", "scheduler.engine", "projections",
-             "projections.projector", "replay.sim", "replay.verify", "scheduler.cli.replay"):
+# one module of every package of the wheel (pyproject.toml lists them)
+for name in ("events", "events.filelog", "scheduler.core", "scheduler.fold.step",
+             "scheduler.fold.verify", "scheduler.render.table", "scheduler.runtime.engine",
+             "scheduler.kube.mapping", "scheduler.cli.replay", "projections",
+             "projections.projector", "projections.console.whatif", "replay.sim"):
     mod = importlib.import_module(name)
     assert (mod.__file__ or "").startswith(sys.prefix), f"{name} imported from {mod.__file__}"
 examples = pathlib.Path(replay.__file__).parent / "examples"

@@ -14,8 +14,8 @@ from events.model import (
     QueueConfigured,
     Resources,
 )
-from scheduler.engine import Engine
-from scheduler.runtime import Runtime
+from scheduler.fold.step import Runtime
+from scheduler.runtime.engine import Engine
 
 
 def node(

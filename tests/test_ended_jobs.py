@@ -37,10 +37,9 @@ from events.model import (
     Resources,
     Tick,
 )
-from replay.inspect import describe
 from scheduler.core import State, apply, cycle, ended_attempt, ended_status
 from scheduler.core.state import ALLOCATED, RUNNING, TERMINAL, ended_code
-from scheduler.snapshot import (
+from scheduler.fold.snapshot import (
     SNAPSHOT_FORMAT,
     CatchUp,
     Snapshot,
@@ -50,7 +49,8 @@ from scheduler.snapshot import (
     state_bytes,
     state_to_dict,
 )
-from scheduler.validate import validate
+from scheduler.fold.state_at import describe
+from scheduler.fold.validate import validate
 
 core_apply = importlib.import_module("scheduler.core.apply")  # the package exports ``apply``
 

@@ -12,7 +12,7 @@ from events.filelog import LedgerDirReader
 from events.model import JobSubmitted, PodSpec
 from replay.forecast import RuntimeModel, forecast, moment_of, submit
 from scheduler.cli import main
-from scheduler.validate import validate
+from scheduler.fold.validate import validate
 
 CLUSTER = "nodes:\n  - {name: n, count: 1, gpus: 8}\ntiming: {bind_latency_s: 0.5, startup_s: 5}\n"
 QUEUES = "queues:\n  - {name: a, deserved_percent: 50}\n  - {name: b, deserved_percent: 50}\n"

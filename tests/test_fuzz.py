@@ -44,7 +44,7 @@ from replay.config import (
 from replay.sim import expand
 from scheduler.cli import main
 from scheduler.core import State, apply
-from scheduler.validate import validate
+from scheduler.fold.validate import validate
 from tests.fuzz.targets import frame as fuzz_frame
 from tests.fuzz.targets import segment as fuzz_segment
 

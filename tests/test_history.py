@@ -34,8 +34,8 @@ from replay.config import ClusterFile, QueuesFile, WorkloadFile, load
 from replay.examples import EXAMPLES
 from replay.sim import Simulation
 from scheduler.core import State, apply
-from scheduler.outcomes import OutcomeFold
-from scheduler.snapshot import state_bytes
+from scheduler.fold.outcomes import OutcomeFold
+from scheduler.fold.snapshot import state_bytes
 from tests.test_projector import (
     ListReader,
     allocated,
@@ -306,7 +306,7 @@ def test_the_outcome_fold_leaves_the_state_the_core_would(tmp_path: Path) -> Non
         apply(core, event, env.at)
         fold.apply(event, offset, env.at)
     assert pickle.dumps(fold.state) == pickle.dumps(core)
-    # The projection's snapshot is scheduler.snapshot's: it loads back as the same state.
+    # The projection's snapshot is scheduler.fold.snapshot's: it loads back as the same state.
     restored = ShareFold.restore(ShareFold(state=fold.state).snapshot(), 7)
     assert restored.last_minute == 7
     assert state_bytes(restored.state) == state_bytes(core)

@@ -26,8 +26,8 @@ from events import kafka_security
 from events.kafka_admin import KafkaSettings, create_topics, run_sync
 from events.kafka_security import KafkaAuthError, KafkaConfigError, KafkaLogError, KafkaSecurity
 from events.kafkalog import KafkaLedger, KafkaReader, open_kafka_reader
-from replay.verify import run as replay
 from scheduler import cli
+from scheduler.fold.verify import run as replay
 from tests.kafkakit import SASL_PASSWORD, SASL_USER, Listeners, fresh_settings, kafka, listeners
 from tests.test_live_kafka import (
     Service,
@@ -334,14 +334,14 @@ def test_bad_flags_fail_before_connecting(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import scheduler.intake
-    import scheduler.service
+    import scheduler.runtime.intake
+    import scheduler.runtime.service
 
     def no_connection(*args: object, **kwargs: object) -> None:
         raise AssertionError("a connection was tried")
 
-    monkeypatch.setattr(scheduler.intake, "run_sync", no_connection)
-    monkeypatch.setattr(scheduler.service, "run_service", no_connection)
+    monkeypatch.setattr(scheduler.runtime.intake, "run_sync", no_connection)
+    monkeypatch.setattr(scheduler.runtime.service, "run_service", no_connection)
     job = tmp_path / "job.yaml"
     job.write_text("job: j\nqueue: q\npods: [{name: p}]\n")
     argv = [str(job) if a == "JOB" else a for a in command]

@@ -13,7 +13,7 @@ from events.model import JobPreempted
 from replay.config import ConfigError, PolicyFile, policy_event
 from replay.whatif import renamed
 from scheduler.core.policy import KAI_KNOBS
-from scheduler.runtime import live_policy
+from scheduler.fold.step import live_policy
 from tests.builders import World, job, node, queue
 from tests.test_policy import allocated
 

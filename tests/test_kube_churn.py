@@ -15,7 +15,7 @@ import pytest
 
 from events.codec import decode_event
 from events.filelog import LedgerDirReader
-from replay.verify import run as replay_run
+from scheduler.fold.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kubeharness import Cluster, gpuledger, wait_until
 

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from events.codec import decode_event
 from events.filelog import LedgerDirReader
 from projections.projector import project
-from replay.verify import run as replay_run
+from scheduler.fold.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kubeharness import (
     ROOT,

@@ -36,8 +36,8 @@ from events.model import (
     PodSpec,
     PodStarted,
 )
-from replay.verify import run as replay_run
 from scheduler.cli import main
+from scheduler.fold.verify import run as replay_run
 from scheduler.kube.bind import Binder
 from scheduler.kube.client import api_client, raw
 from scheduler.kube.ingest import Ingestor

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from events.codec import decode_envelope, decode_event
 from events.kafka_admin import KafkaSettings
 from events.kafkalog import KafkaReader
-from replay.verify import run as replay_run
+from scheduler.fold.verify import run as replay_run
 from scheduler.kube.client import raw
 from tests.kafkakit import kafka, settings
 from tests.kubeharness import ROOT, Cluster, Proc, apply_manifest, running, wait_established

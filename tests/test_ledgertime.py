@@ -128,7 +128,7 @@ def test_one_duration_parser_behind_every_option() -> None:
     """``--at``, ``--window``, ``clock --every`` and a Queue resource's durations accept
     the same spellings, because they ask the same parser."""
     from projections.report import parse_window
-    from scheduler.cli.live import _period_s
+    from scheduler.cli.clock import _period_s
     from scheduler.kube.mapping import _duration_ms
 
     for text, ms in [("500ms", 500), ("90s", 90_000), ("1.5h", 5_400_000), ("1h30m", 5_400_000),

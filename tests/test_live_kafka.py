@@ -2,7 +2,7 @@
 
 Each test runs the scheduler service as real ``gpuledger scheduler run`` processes on its
 own topic prefix, sends intake with the producer helpers the CLI uses, and judges the
-ledger with the library calls: ``replay.verify.run`` on a ``KafkaReader`` and a byte
+ledger with the library calls: ``scheduler.fold.verify.run`` on a ``KafkaReader`` and a byte
 comparison of the ledger's inputs with what intake received.
 """
 
@@ -40,9 +40,9 @@ from events.model import (
 )
 from events.sources import open_reader
 from projections.projector import project
-from replay.verify import run as replay
-from scheduler.intake import read_dead_letters, send_events, send_intake
-from scheduler.service import FENCED_EXIT, WRITER
+from scheduler.fold.verify import run as replay
+from scheduler.runtime.intake import read_dead_letters, send_events, send_intake
+from scheduler.runtime.service import FENCED_EXIT, WRITER
 from tests.kafkakit import kafka, settings
 
 __all__ = ["kafka", "settings"]
@@ -542,7 +542,9 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
     assert samples[f"gpuledger_allocated_gpus_total{{{d}}}"] == 16
     assert samples[f'gpuledger_admission_wait_time_seconds_count{{{d},queue="train"}}'] >= 1
     # prometheus_client writes a sample's labels sorted by name: le before queue.
-    assert samples[f'gpuledger_admission_wait_time_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
+    assert (
+        samples[f'gpuledger_admission_wait_time_seconds_bucket{{{d},le="+Inf",queue="dev"}}'] >= 1
+    )
     # Every metric docs/operations.md lists is served; those with a queue column carry
     # the queue label, for every leaf queue.
     table = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
@@ -565,8 +567,8 @@ def test_metrics_endpoint(settings: KafkaSettings, services: list[Service], tmp_
 def test_snapshot_plus_tail_equals_full_replay(
     settings: KafkaSettings, services: list[Service], tmp_path: Path
 ) -> None:
-    from scheduler.service import SchedulerService, ServiceConfig
-    from scheduler.snapshot import state_bytes
+    from scheduler.fold.snapshot import state_bytes
+    from scheduler.runtime.service import SchedulerService, ServiceConfig
 
     s = settings
     cluster(s)
@@ -589,14 +591,14 @@ def test_snapshot_plus_tail_equals_full_replay(
 def test_snapshots_in_parts_restore_and_a_fenced_writers_parts_are_ignored(
     settings: KafkaSettings, services: list[Service], tmp_path: Path
 ) -> None:
-    """Written in parts (``scheduler.snapshot``), a snapshot still restores to the full
+    """Written in parts (``scheduler.fold.snapshot``), a snapshot still restores to the full
     replay's state; the parts a fenced snapshot writer had sent are aborted with its
     transaction and never read, and its commit fails."""
     from aiokafka.errors import KafkaError
 
     from events.kafka_admin import new_producer
-    from scheduler.service import SchedulerService, ServiceConfig
-    from scheduler.snapshot import SNAPSHOT_PART, split_snapshot, state_bytes
+    from scheduler.fold.snapshot import SNAPSHOT_PART, split_snapshot, state_bytes
+    from scheduler.runtime.service import SchedulerService, ServiceConfig
 
     s = settings
     cluster(s)

@@ -39,8 +39,8 @@ from replay.metrics import LedgerMetrics, collect, percentile
 from replay.sim import Simulation
 from replay.traces import import_nodes, import_trace
 from scheduler.core import State, apply, ended_status
-from scheduler.engine import Engine
-from scheduler.runtime import Runtime
+from scheduler.fold.step import Runtime
+from scheduler.runtime.engine import Engine
 from tests.test_projector import ListReader
 from tests.test_traces import NODES, PODS, needs_alibaba
 

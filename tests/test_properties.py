@@ -31,7 +31,7 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
-from replay.verify import run as replay
+from scheduler.fold.verify import run as replay
 from tests.simkit import simulate
 
 GPU_SIZES = [0.25, 0.5, 1, 2, 4, 8]

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from events.codec import decode, encode_envelope
+from events.ledgertime import format_at
 from events.memlog import MemoryLedger
 from events.model import BindFailed, Event, JobUnschedulable, NodeRemoved, PodsAllocated
 from replay.config import PolicyFile, policy_event
@@ -575,7 +576,7 @@ def test_no_reservation_time_is_in_the_past_or_moves_later_unexplained(scenario)
         assert event.start > envelope.at, event
         before = promised.get(event.job)
         if before is not None and event.start > before:
-            assert f"moved from t={before / 1000:g}s because " in event.reason, event
+            assert f"moved from {format_at(before, False)} because " in event.reason, event
         promised[event.job] = event.start
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from events.codec import SCHEMA_VERSION, decode_event, wrap
 from events.model import JobUnschedulable, PodsAllocated
-from replay.verify import run as replay
+from scheduler.fold.verify import run as replay
 from tests.simkit import demo_inputs, simulate
 
 ROOT = Path(__file__).resolve().parent.parent

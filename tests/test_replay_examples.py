@@ -10,9 +10,9 @@ from events.memlog import MemoryLedger
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, parse
 from replay.examples import EXAMPLES, simulate
 from replay.sim import Simulation
-from replay.verify import run as replay
 from scheduler.core import State
-from scheduler.snapshot import decode_snapshot, encode_snapshot, state_bytes, state_to_dict
+from scheduler.fold.snapshot import decode_snapshot, encode_snapshot, state_bytes, state_to_dict
+from scheduler.fold.verify import run as replay
 
 
 @pytest.mark.parametrize("policy", ["gpuledger", "fifo", "drf", "easy"])

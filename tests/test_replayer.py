@@ -1,5 +1,5 @@
 """One comparator: ``replay --verify`` and the snapshot catch-up part from a ledger at the
-same record, because both are ``scheduler.replayer.Replayer``."""
+same record, because both are ``scheduler.fold.replayer.Replayer``."""
 
 from __future__ import annotations
 
@@ -13,10 +13,16 @@ import pytest
 from events.codec import Envelope, decode_event, wrap
 from events.memlog import MemoryLedger
 from events.model import DECISION_TAGS, PodsAllocated
-from replay.verify import run as replay
 from scheduler.core import State
-from scheduler.replayer import Replayer
-from scheduler.snapshot import CatchUp, SnapshotError, decode_snapshot, encode_snapshot, state_bytes
+from scheduler.fold.replayer import Replayer
+from scheduler.fold.snapshot import (
+    CatchUp,
+    SnapshotError,
+    decode_snapshot,
+    encode_snapshot,
+    state_bytes,
+)
+from scheduler.fold.verify import run as replay
 from tests.simkit import demo_inputs, simulate
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -17,14 +16,12 @@ from projections.projector import project
 from projections.report import (
     COMPARE_COLUMNS,
     REPORT_COLUMNS,
-    Column,
     compare_reports,
     format_duration,
-    render_table,
     tenant_report,
 )
-from scheduler.cli import CliError
-from scheduler.cli.project import register
+from scheduler.cli import CliError, build_parser
+from scheduler.render.table import Column, render_table
 from tests.test_projector import (
     ListReader,
     allocated,
@@ -198,9 +195,7 @@ def test_compare_reports_needs_a_run() -> None:
 
 
 def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuledger")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code
 
@@ -279,7 +274,7 @@ def test_jsonl_export_projects_like_the_ledger(tmp_path: Path, jsonl_ledger: Pat
 
 def test_numbers_read_as_people_read_them() -> None:
     """No scientific notation, no binary noise, no Python spellings in a table."""
-    from projections.report import Column, format_number, render_table
+    from scheduler.render.table import Column, format_number, render_table
 
     assert [format_number(v) for v in (22050.4, 123.45, 12.345, 0.3249, 7.005e-07, 0.0, -2.5)] == [
         "22,050", "123.5", "12.35", "0.325", "<0.001", "0", "-2.50"

@@ -27,9 +27,9 @@ from events.model import (
     Resources,
     Tick,
 )
-from replay.verify import run as replay_run
-from scheduler.embedded import EmbeddedRunner
-from scheduler.runtime import Refusal, Runtime, live_policy
+from scheduler.fold.step import Refusal, Runtime, live_policy
+from scheduler.fold.verify import run as replay_run
+from scheduler.runtime.embedded import EmbeddedRunner
 
 
 def _run_until(runner: EmbeddedRunner, done: object, timeout: float = 10.0) -> None:

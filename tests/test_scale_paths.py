@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from bench.cluster import packed, tree
 from events.model import JobPreempted, JobSubmitted, PodsAllocated, PodSpec, QueueConfigured
 from replay.config import policy_event
-from replay.verify import run as replay
 from scheduler.core import State, apply, backfill, cycle, victims
 from scheduler.core.fairshare import Shares, fair_shares
 from scheduler.core.state import Queue, Resources
+from scheduler.fold.verify import run as replay
 from tests.simkit import simulate
 from tests.test_skip_held import congested
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from events.kafka_admin import KafkaSettings
-from scheduler.service import SchedulerService, ServiceConfig
+from scheduler.runtime.service import SchedulerService, ServiceConfig
 
 
 class _Node:

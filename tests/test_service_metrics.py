@@ -1,6 +1,6 @@
-"""The scheduler's Prometheus exposition (``scheduler.service.Metrics``) without a broker:
-rendered through prometheus_client and read back with its parser, label values escaped;
-and its HTTP endpoint (``scheduler.service.MetricsServer``) on an event loop of its own."""
+"""The scheduler's Prometheus exposition (``scheduler.runtime.service.Metrics``) without a
+broker: rendered through prometheus_client and read back with its parser, label values
+escaped; and its HTTP endpoint (``MetricsServer``) on an event loop of its own."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from events.model import (
     QueueConfigured,
     Resources,
 )
-from scheduler.runtime import Runtime, live_policy
-from scheduler.service import Metrics, MetricsServer
+from scheduler.fold.step import Runtime, live_policy
+from scheduler.runtime.service import Metrics, MetricsServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -1,4 +1,4 @@
-"""The restore's catch-up fold lets the event loop run (``scheduler.service.fold_yielding``),
+"""The restore's catch-up fold lets the event loop run (``scheduler.runtime.service.fold_yielding``),
 without a broker: the group's heartbeats are tasks on the same loop, and a fold that held
 it for longer than the session would lose the domain while restoring it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from scheduler.service import fold_yielding
+from scheduler.runtime.service import fold_yielding
 
 
 def _fold_beside_a_task(count: int, slice_s: float) -> list[int]:

@@ -21,7 +21,6 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
-from replay.verify import run as replay
 from scheduler.core import allocate as allocate_module
 from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
@@ -29,6 +28,7 @@ from scheduler.core.admission import admission_headroom, admission_reason
 from scheduler.core.headroom import admission_held
 from scheduler.core.state import State
 from scheduler.core.tuning import DEFAULT, Tuning
+from scheduler.fold.verify import run as replay
 from tests.simkit import simulate
 
 CLASSES = ["train", "build-preemptible", "build", "inference"]

@@ -10,8 +10,8 @@ import pytest
 
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
 from scheduler.core import State, apply, cycle
-from scheduler.service import EncodedElsewhere
-from scheduler.snapshot import decode_snapshot, encode_snapshot
+from scheduler.fold.snapshot import decode_snapshot, encode_snapshot
+from scheduler.runtime.service import EncodedElsewhere
 
 
 def _state(jobs: int) -> State:

@@ -1,4 +1,4 @@
-"""A snapshot larger than a part is stored as several records (``scheduler.snapshot``):
+"""A snapshot larger than a part is stored as several records (``scheduler.fold.snapshot``):
 split and reassembled it is the same bytes, and what a reader meets on the compacted topic
 (a legacy whole record, an older snapshot's leftovers, parts that do not follow each
 other) never passes for the newest snapshot."""
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from scheduler.snapshot import (
+from scheduler.fold.snapshot import (
     SNAPSHOT_ID,
     SNAPSHOT_PART,
     SnapshotAssembler,

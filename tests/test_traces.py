@@ -31,8 +31,8 @@ from replay.traces import (
     node_fraction,
     shared_alibaba_dir,
 )
-from replay.verify import run
 from scheduler.cli import main
+from scheduler.fold.verify import run
 
 DATA = Path(__file__).parent / "data" / "traces"
 

@@ -15,7 +15,7 @@ from replay.examples import EXAMPLES
 from replay.sim import Simulation
 from scheduler.core.policy import REVISION
 from scheduler.core.tuning import DEFAULT, Tuning
-from scheduler.runtime import Runtime
+from scheduler.fold.step import Runtime
 
 
 def test_no_module_of_the_core_holds_a_switch() -> None:

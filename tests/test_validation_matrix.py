@@ -55,7 +55,7 @@ from replay.config import (
 from replay.sim import expand
 from scheduler.cli import main
 from scheduler.core import State, apply, cycle
-from scheduler.validate import validate
+from scheduler.fold.validate import validate
 from tests.builders import job, node, queue
 
 # --------------------------------------------------------------------------- live intake

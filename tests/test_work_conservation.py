@@ -21,8 +21,8 @@ from replay.config import (
     WorkloadFile,
     policy_event,
 )
-from replay.conservation import _fitting_job_waits, fitting_jobs, live_reservations
 from replay.sim import Simulation
+from scheduler.core import fitting_job_waits, fitting_jobs, live_reservations
 from scheduler.core.admission import admission_reason
 from scheduler.core.apply import apply
 from scheduler.core.fairshare import fair_shares
@@ -246,7 +246,7 @@ def test_the_monitor_tries_free_jobs_first_and_reports_as_defined(scenario, poli
     seen: list[bool] = []
 
     def observe(state: State, now: int) -> None:
-        got = _fitting_job_waits(state)
+        got = fitting_job_waits(state)
         assert got == _waits_by_definition(state), f"t={now / 1000:.1f}s"
         seen.append(got[2])
 
@@ -267,7 +267,7 @@ def test_the_monitor_reports_capacity_that_only_held_jobs_fit() -> None:
     seen: list[tuple[bool, int, bool]] = []
 
     def observe(state: State, now: int) -> None:
-        got = _fitting_job_waits(state)
+        got = fitting_job_waits(state)
         assert got == _waits_by_definition(state)
         seen.append(got)
 

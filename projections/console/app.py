@@ -50,8 +50,8 @@ from starlette.staticfiles import StaticFiles
 from events.ledgertime import duration_unit, format_at, is_wall_clock, parse_at
 from events.port import LedgerReader
 from projections.console import queries
-from projections.console.sandbox import SqlGate, SqlLimits, lock_down
 from projections.console.forecasts import Forecasts
+from projections.console.sandbox import SqlGate, SqlLimits, lock_down
 from projections.console.travel import Travel, nodes_of
 from projections.console.whatif import MAX_QUEUES_YAML, WhatIfBusyError, WhatIfRuns
 from projections.projector import connect, project
@@ -593,7 +593,9 @@ def build_app(console: Console) -> Starlette:
         body = await request.body()
         if len(body) > 2 * MAX_QUEUES_YAML:
             return _error(413, "form too large")
-        text = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}.get("job", "")
+        text = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}.get(
+            "job", ""
+        )
         st = await clock()
         new = await run_in_threadpool(forecasts.new_job, text, st["next_offset"])
         result, error = await forecasts_of(request, st)

@@ -1,12 +1,12 @@
 """Time travel: the cluster as it was at a moment, for the console's pages.
 
-Queues, Jobs and Nodes show ``gpuledger state --at`` (``replay.inspect.state_at``): the
+Queues, Jobs and Nodes show ``gpuledger state --at`` (``scheduler.fold.state_at.state_at``): the
 ledger's records up to the moment are folded with the policy core's ``apply``, nothing
 re-decided, so a page at a past moment shows exactly what ``state --at`` prints.
 
 Tenants shows ``gpuledger report`` over the ledger truncated at the moment: the records
 before that offset are projected by ``projections.projector.project`` (the one outcome
-fold, ``scheduler.outcomes.OutcomeFold``) into a database of their own, and
+fold, ``scheduler.fold.outcomes.OutcomeFold``) into a database of their own, and
 ``projections.report.full_report`` reads it — what ``log export --until`` followed by
 ``project`` and ``report`` gives. The present projection filtered by time would not be
 the same: a job ready later would count its later readiness, a job name submitted again
@@ -35,7 +35,7 @@ from events.port import LedgerReader
 from events.sources import open_reader
 from projections.projector import project
 from projections.report import full_report
-from replay.inspect import state_at
+from scheduler.fold.state_at import state_at
 
 __all__ = ["Prefix", "Travel", "nodes_of"]
 
@@ -193,7 +193,7 @@ class Travel:
             self._prefixes.clear()
 
     def at(self, bound: tuple[str, int], end_offset: int) -> Any:
-        """The ``replay.inspect.StateView`` at ``bound`` (``("time", ms)`` inclusive or
+        """The ``scheduler.fold.state_at.StateView`` at ``bound`` (``("time", ms)`` inclusive or
         ``("offset", n)`` exclusive) of the ledger as far as ``end_offset``."""
         key = (bound[0], bound[1], end_offset)
         with self._lock:

@@ -1,32 +1,43 @@
-"""The console's What-if page: ``gpuledger replay --out`` in a worker process.
+"""The console's What-if page: ``replay.whatif.what_if`` in a worker process.
 
 A run re-simulates the served ledger's outside facts under another queue configuration
-(a queues.yaml pasted into the page) and/or another policy, exactly as
-``gpuledger replay --ledger SRC --queues Q --policy-name P --out DIR`` does — it *is* that
-command, in a subprocess, so a long replay never blocks the server and a crash in it
-cannot take the server down. Each run writes only to a temporary directory of its own
-(the new ledger, ``whatif.json``, ``whatif.txt``); the served ledger is only read. One run
-at a time: the machine's cores belong to the follower and the readers first.
+(a queues.yaml pasted into the page) and/or another policy, as
+``gpuledger replay --ledger SRC --queues Q --policy-name P --out DIR`` does: the same
+library call and the same report (``replay.whatif.report_of``, ``whatif_table``). It runs
+in a process of its own (``multiprocessing``, spawned: the server's threads are not
+forked), so a long replay never holds the server's event loop or its GIL, and a crash in
+it cannot take the server down. Each run writes only to a temporary directory of its own
+(the new ledger, ``whatif.json``, ``whatif.txt``, and ``error.txt`` when it failed); the
+served ledger is only read. One run at a time: the machine's cores belong to the follower
+and the readers first.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
+
+from events.filelog import LedgerError
+from events.sources import open_reader
+from replay.config import ConfigError, QueuesFile, load, queue_events
+from replay.whatif import report_of, what_if, whatif_table
 
 __all__ = ["MAX_QUEUES_YAML", "WhatIfBusyError", "WhatIfRun", "WhatIfRuns"]
 
 MAX_QUEUES_YAML = 1_000_000
 """Bytes of pasted queues.yaml accepted."""
+
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 class WhatIfBusyError(RuntimeError):
@@ -41,20 +52,23 @@ class WhatIfRun:
     policy_name: str
     queues_given: bool
     directory: Path
-    proc: subprocess.Popen[bytes]
+    proc: BaseProcess
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     returncode: int | None = None
-    output: str = ""
     error: str = ""
 
     def poll(self) -> None:
-        if self.returncode is not None or self.proc.poll() is None:
+        if self.returncode is not None or self.proc.exitcode is None:
             return
-        self.returncode = self.proc.returncode
+        self.returncode = self.proc.exitcode
+        self.proc.close()
         self.finished = time.monotonic()
-        self.output = (self.directory / "stdout.txt").read_text()
-        self.error = (self.directory / "stderr.txt").read_text().strip()
+        failed = self.directory / "error.txt"
+        if failed.exists():
+            self.error = failed.read_text().strip()
+        elif self.returncode != 0:
+            self.error = f"the what-if's worker ended with exit code {self.returncode}"
 
     def view(self) -> dict[str, Any]:
         """Its state for the page and ``/api/whatif/ID``."""
@@ -89,7 +103,7 @@ class WhatIfRuns:
         self._root = Path(tempfile.mkdtemp(prefix="gpuledger-whatif-"))
 
     def start(self, *, queues_yaml: str = "", policy_name: str = "") -> WhatIfRun:
-        """Start ``gpuledger replay --out`` with the pasted queues and/or policy name."""
+        """Start a what-if with the pasted queues and/or policy name, in a worker process."""
         if len(queues_yaml.encode()) > MAX_QUEUES_YAML:
             raise ValueError(f"queues.yaml: more than {MAX_QUEUES_YAML:,} bytes")
         if not queues_yaml.strip() and not policy_name:
@@ -102,25 +116,17 @@ class WhatIfRuns:
             run_id = next(self._ids)
             directory = self._root / str(run_id)
             directory.mkdir()
-            command = [
-                str(Path(sys.executable).parent / "gpuledger"),
-                "replay",
-                "--ledger",
-                self.source,
-                "--out",
-                str(directory / "out"),
-            ]
+            queues_path = None
             if queues_yaml.strip():
-                (directory / "queues.yaml").write_text(queues_yaml)
-                command += ["--queues", str(directory / "queues.yaml")]
-            if policy_name:
-                command += ["--policy-name", policy_name]
-            # Output to files, not pipes: nobody reads a pipe while the run goes on.
-            with (
-                open(directory / "stdout.txt", "wb") as out,
-                open(directory / "stderr.txt", "wb") as err,
-            ):
-                proc = subprocess.Popen(command, stdout=out, stderr=err)  # noqa: S603  # our CLI
+                queues_path = directory / "queues.yaml"
+                queues_path.write_text(queues_yaml)
+            proc = _SPAWN.Process(
+                target=_work,
+                args=(self.source, directory, queues_path, policy_name),
+                name=f"gpuledger-whatif-{run_id}",
+                daemon=True,
+            )
+            proc.start()
             run = WhatIfRun(run_id, policy_name, bool(queues_yaml.strip()), directory, proc)
             self.runs[run_id] = run
             return run
@@ -128,7 +134,26 @@ class WhatIfRuns:
     def close(self) -> None:
         """Stop any run still going and remove every run's files."""
         for run in self.runs.values():
-            if run.proc.poll() is None:
+            if run.returncode is None and run.proc.exitcode is None:
                 run.proc.kill()
-                run.proc.wait()
+                run.proc.join()
         shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _work(source: str, directory: Path, queues_path: Path | None, policy_name: str) -> None:
+    """The worker: one what-if into ``directory/out``; a failure's message goes to
+    ``directory/error.txt`` and the exit code is 1."""
+    try:
+        queues = queue_events(load(str(queues_path), QueuesFile)) if queues_path else None
+        out = directory / "out"
+        out.mkdir()
+        result = what_if(
+            open_reader(source), out / "ledger", policy_name=policy_name or None, queues=queues
+        )
+        report = report_of(result, str(queues_path) if queues_path else None)
+        (out / "whatif.txt").write_text(whatif_table(result.rows) + "\n")
+        (out / "whatif.json").write_text(json.dumps(report, indent=2) + "\n")
+    except Exception as exc:  # the worker's boundary: any failure is the run's, shown on its page
+        text = str(exc) if isinstance(exc, ConfigError | LedgerError | OSError) else repr(exc)
+        (directory / "error.txt").write_text(text + "\n")
+        sys.exit(1)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from events.ledgertime import format_at, format_duration, parse_duration_ms
+from scheduler.cli.common import ledger_clock, parse_bound, refuse_past_the_end
 from scheduler.cli.errors import (
     CliError,
     add_damage_options,
@@ -14,7 +15,6 @@ from scheduler.cli.errors import (
     ledger_errors,
     open_ledger,
 )
-from scheduler.cli.replay import _clock, _refuse_past_the_end, parse_bound
 
 __all__ = ["register"]
 
@@ -67,11 +67,11 @@ def _forecast(args: argparse.Namespace) -> int:
     check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
     try:
-        origin, wall = _clock(reader)
+        origin, wall = ledger_clock(reader)
         kind, value = "end", 0
         if args.at is not None:
             kind, value = parse_bound(args.at, origin, wall)
-            _refuse_past_the_end(reader, args.at, (kind, value), wall)
+            refuse_past_the_end(reader, args.at, (kind, value), wall)
         with ledger_errors():
             moment = moment_of(
                 reader.read(0),
@@ -102,7 +102,7 @@ def _forecast(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"at_ms": now, "jobs": rows, "sooner": variants}, indent=2))
         return 0
-    from projections.report import Column, render_table  # noqa: PLC0415
+    from scheduler.render.table import Column, render_table  # noqa: PLC0415
 
     print(
         f"forecast from {format_at(now, wall)} (through offset {moment.last_offset}); "

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from scheduler.cli.common import add_policy_flag, add_security_arguments, security_of
 from scheduler.cli.errors import (
     CliError,
     kafka_errors,
@@ -22,7 +23,6 @@ from scheduler.cli.errors import (
     open_ledger,
     refuse_kafka_url,
 )
-from scheduler.cli.live import add_policy_flag, add_security_arguments, security_of
 
 if TYPE_CHECKING:
     from scheduler.kube.transport import Deployment
@@ -64,7 +64,7 @@ def _fenced_exits(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         try:
             return func(args)
         except SinkFenced as exc:
-            from scheduler.service import FENCED_EXIT  # noqa: PLC0415  # only when fenced
+            from scheduler.runtime.service import FENCED_EXIT  # noqa: PLC0415  # only when fenced
 
             log.error("%s; exiting", exc)  # the traceback adds nothing
             return FENCED_EXIT
@@ -154,7 +154,7 @@ def _bind(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from scheduler.embedded import EmbeddedRunner  # noqa: PLC0415
+    from scheduler.runtime.embedded import EmbeddedRunner  # noqa: PLC0415
 
     for flag, value in (("--intake", args.intake), ("--ledger", args.ledger)):
         refuse_kafka_url(

@@ -28,7 +28,7 @@ from replay.traces import (
     node_fraction,
     write_atomic,
 )
-from scheduler.cli import replay as replay_cli
+from scheduler.cli import simulate
 from scheduler.cli.errors import CliError
 
 
@@ -147,7 +147,7 @@ def _simulate_imported(args: argparse.Namespace) -> int:
         "--no-fairness",
     ]  # fmt: skip
     parser = argparse.ArgumentParser(prog="gpuledger")
-    replay_cli.register(parser.add_subparsers(dest="command", required=True))
+    simulate.register(parser.add_subparsers(dest="command", required=True))
     sim = parser.parse_args(argv)
     code: int = sim.func(sim)
     return code

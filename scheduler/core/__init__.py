@@ -6,6 +6,7 @@ depends on hash order; ``tests/test_core_purity.py`` enforces the import side of
 
 from scheduler.core.apply import apply, lost_work, retire_ended
 from scheduler.core.fairshare import Shares, fair_shares
+from scheduler.core.fitting import fitting_job_waits, fitting_jobs, live_reservations
 from scheduler.core.policy import POLICIES, REVISION, cycle
 from scheduler.core.reasons import gpus
 from scheduler.core.state import (
@@ -32,7 +33,10 @@ __all__ = [
     "ended_attempt",
     "ended_status",
     "fair_shares",
+    "fitting_job_waits",
+    "fitting_jobs",
     "gpus",
+    "live_reservations",
     "lost_work",
     "retire_ended",
 ]

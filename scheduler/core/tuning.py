@@ -11,7 +11,7 @@ of field:
 * **bounds** are part of the policy: another value decides differently, so a ledger
   replays only under the default. Tests construct other values to show what a bound does.
 
-The runners (``scheduler.runtime.Runtime``'s state, the simulator's ``tuning=``) use
+The runners (``scheduler.fold.step.Runtime``'s state, the simulator's ``tuning=``) use
 ``DEFAULT`` unless a test gives another; no configuration file or event sets a tuning, so
 a recorded ledger always means ``DEFAULT``.
 """

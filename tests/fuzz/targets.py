@@ -80,7 +80,7 @@ from replay.config import (
 )
 from replay.sim import Simulation
 from scheduler.core import POLICIES, State, apply, cycle
-from scheduler.validate import validate
+from scheduler.fold.validate import validate
 from tests.fuzz.scratch import SCRATCH_ENV, make_scratch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,8 +32,9 @@ from events.codec import Envelope, encode_envelope
 from events.filelog import FileLedger, LedgerDirReader, LedgerError
 from events.localfiles import read_json, wall_ms, write_json_atomic
 from events.model import Tick
-from scheduler.engine import Engine
-from scheduler.runtime import Input, Refusal, Runtime, StepResult, live_policy
+from scheduler.fold.step import Input, Refusal, Runtime, StepResult, live_policy
+from scheduler.fold.verify import run as replay_run
+from scheduler.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ class EmbeddedRunner:
         assert isinstance(raw, dict)
         self.positions = {str(k): int(v) for k, v in raw.items()}
         if end:
-            from replay.verify import run as replay_run  # noqa: PLC0415  # replay imports core
-
             result = replay_run(LedgerDirReader(self.ledger_path))
             if not result.ok:
                 raise LedgerError(f"{self.ledger_path}: does not replay: {result.mismatch}")

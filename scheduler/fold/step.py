@@ -7,7 +7,7 @@ input is decided here, once:
 1. ``admit`` turns a stored intake record into an event, or a ``Refusal`` naming why it
    may not enter the ledger: an envelope it cannot read, a schema version above what this
    code knows, an unknown event type, a producer clock too far ahead of the scheduler's;
-2. ``step`` validates each event against the state (``scheduler.validate``), applies the
+2. ``step`` validates each event against the state (``scheduler.fold.validate``), applies the
    accepted ones in order, runs one ``cycle`` and returns the records to append — the
    accepted inputs followed by the cycle's decisions, the order replay relies on — and the
    refusals, which a runner sends to its dead letters.
@@ -27,7 +27,7 @@ from events.codec import SCHEMA_VERSION, DecodeError, Envelope, UnknownEventType
 from events.model import Event, PolicyConfigured
 from scheduler.core import REVISION, State, apply, cycle
 from scheduler.core.policy import kai_knobs
-from scheduler.validate import validate
+from scheduler.fold.validate import validate
 
 REFUSAL_KINDS = ("decode", "schema", "unknown_type", "clock", "invalid")
 """Why an intake record can be refused: it does not decode, breaks the schema, is of a type
@@ -72,7 +72,7 @@ class Runtime:
         max_skew_ms: int | None = None,
         live: bool = False,
     ) -> None:
-        """``validating``: refuse inputs ``scheduler.validate`` refuses (off only where
+        """``validating``: refuse inputs ``scheduler.fold.validate`` refuses (off only where
         inputs were accepted before, as in a replay); ``stamp``: record inputs at the
         runner's clock; ``max_skew_ms``: refuse an input stamped further ahead than this;
         ``live``: a runner in front of a real cluster (stamps, and refuses a policy that

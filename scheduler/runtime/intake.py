@@ -21,6 +21,7 @@ from events.kafka_admin import (
 )
 from events.kafkalog import end_offset_of, read_records
 from events.model import Event
+from scheduler.runtime.service import decode_dead_letter
 
 
 def send_intake(settings: KafkaSettings, domain: str, values: Sequence[bytes]) -> list[int]:
@@ -53,8 +54,6 @@ def send_events(settings: KafkaSettings, domain: str, events: Sequence[Event]) -
 def read_dead_letters(settings: KafkaSettings, domain: str) -> list[tuple[int, Any]]:
     """Every dead letter of a domain, with its offset."""
     from aiokafka import TopicPartition  # noqa: PLC0415
-
-    from scheduler.service import decode_dead_letter  # noqa: PLC0415
 
     tp = TopicPartition(settings.deadletters, settings.partition(domain))
 

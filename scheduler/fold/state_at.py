@@ -21,7 +21,7 @@ from scheduler.core.state import ACTIVE, PENDING, TERMINAL
 class StateView:
     """A state as readable rows: what ``gpuledger state`` prints and the console shows.
 
-    Not a ``scheduler.snapshot.Snapshot`` (a stored state for restoring the scheduler):
+    Not a ``scheduler.fold.snapshot.Snapshot`` (a stored state for restoring the scheduler):
     this one is derived for people and never read back.
     """
 

@@ -14,7 +14,7 @@ loop with aiokafka's transactional producer; faust-streaming was tried first and
    lag tools only, see below);
 5. every ``snapshot_every`` ledger records, once that transaction has committed, encodes
    the state in a forked child (``EncodedElsewhere``) and writes it as a snapshot, in parts
-   (``scheduler.snapshot.split_snapshot``) and in a transaction of its own, from a second
+   (``scheduler.fold.snapshot.split_snapshot``) and in a transaction of its own, from a second
    producer and off the loop's path (``_write_snapshot``).
 
 Nothing of a micro-batch is visible before its commit, and the next one is applied only
@@ -92,8 +92,7 @@ from events.kafkalog import end_offset_of, read_records
 from events.localfiles import wall_ms
 from events.model import JobPreempted, PodsAllocated, tag_of
 from scheduler.core import State, fair_shares
-from scheduler.runtime import REFUSAL_KINDS, Input, Refusal, Runtime, StepResult, live_policy
-from scheduler.snapshot import (
+from scheduler.fold.snapshot import (
     PART_BYTES,
     CatchUp,
     SnapshotAssembler,
@@ -101,6 +100,14 @@ from scheduler.snapshot import (
     decode_snapshot,
     encode_snapshot,
     split_snapshot,
+)
+from scheduler.fold.step import (
+    REFUSAL_KINDS,
+    Input,
+    Refusal,
+    Runtime,
+    StepResult,
+    live_policy,
 )
 
 log = logging.getLogger(__name__)
@@ -458,7 +465,7 @@ class ServiceConfig:
     """Ledger records between snapshots."""
     snapshot_part_bytes: int = PART_BYTES
     """A larger snapshot is written as parts of at most this many bytes, one at a time, in
-    its one transaction (``scheduler.snapshot.split_snapshot``)."""
+    its one transaction (``scheduler.fold.snapshot.split_snapshot``)."""
     session_timeout_ms: int = 3000
     """How long the group waits before a silent active instance loses the domain."""
     metrics_port: int | None = None
@@ -961,7 +968,7 @@ class SchedulerService:
         try:
             async with producer.transaction():
                 # A part at a time, each acknowledged before the next is built: the loop
-                # and the ledger's transactions go on in between (scheduler.snapshot).
+                # and the ledger's transactions go on in between (scheduler.fold.snapshot).
                 for key, value, headers in records:
                     await (
                         await producer.send(

@@ -3,7 +3,7 @@
 The ledger interleaves inputs with the decisions of the cycles that followed them; each
 cycle ends with ``CycleCompleted``. Replay folds the inputs, and where the ledger shows a
 cycle it runs ``cycle`` at that cycle's time and compares every produced decision with the
-recorded one, as msgpack envelope bytes (``scheduler.replayer.Replayer``, the comparator
+recorded one, as msgpack envelope bytes (``scheduler.fold.replayer.Replayer``, the comparator
 the scheduler's snapshot catch-up uses too). The first difference is reported with its
 offset and a readable diff; after it the states have diverged, so replay stops there.
 """
@@ -19,7 +19,7 @@ from events.codec import event_json
 from events.model import Event
 from events.port import LedgerReader
 from scheduler.core import REVISION, State
-from scheduler.replayer import Divergence, Replayer
+from scheduler.fold.replayer import Divergence, Replayer
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ snapshot are committed together and follow each other, and on the compacted topi
 snapshot supersedes its keys part by part, so what compaction leaves of an older snapshot
 (its parts beyond the newer one's count) is never a complete sequence after it.
 
-Catching up re-runs the tail with replay's own comparator (``scheduler.replayer.Replayer``:
+Catching up re-runs the tail with replay's own comparator (``scheduler.fold.replayer.Replayer``:
 the runtime step for inputs, a re-run cycle where the ledger shows one, because a cycle
 also updates bookkeeping its decisions do not carry), and the decisions it produces are
 compared with the recorded ones, so a snapshot that does not fit its ledger is caught.
@@ -41,7 +41,7 @@ import msgspec
 
 from events.codec import DecodeError, Envelope
 from scheduler.core import State, retire_ended
-from scheduler.replayer import Replayer
+from scheduler.fold.replayer import Replayer
 
 SNAPSHOT_FORMAT = 2
 """2: the state keeps ended jobs as ``State.ended`` codes. 1: every job whole (migrated)."""

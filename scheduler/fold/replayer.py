@@ -8,8 +8,8 @@ recorded one, as msgpack envelope bytes (at the envelope version the ledger was 
 at). A cycle also updates bookkeeping its decisions do not carry (fair-share usage,
 wake-up times, the "fresh" list), so it must be re-run rather than its decisions applied.
 
-It is the one comparator of ``gpuledger replay --verify`` (``replay.verify.run``, from
-offset 0) and of the scheduler's snapshot catch-up (``scheduler.snapshot.CatchUp``, from a
+It is the one comparator of ``gpuledger replay --verify`` (``scheduler.fold.verify.run``, from
+offset 0) and of the scheduler's snapshot catch-up (``scheduler.fold.snapshot.CatchUp``, from a
 snapshot's position); each turns a ``Divergence`` into its own report.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from events.codec import Envelope, UnknownEventType, decode_event, encode_envelope, wrap
 from events.model import DECISION_TAGS, Event, PolicyConfigured
 from scheduler.core import REVISION, State
-from scheduler.runtime import Runtime
+from scheduler.fold.step import Runtime
 
 
 @dataclass(frozen=True, slots=True)

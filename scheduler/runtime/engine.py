@@ -15,7 +15,7 @@ from events.codec import Envelope
 from events.model import Event
 from events.port import LedgerWriter
 from scheduler.core import State
-from scheduler.runtime import Input, Refusal, Runtime, StepResult
+from scheduler.fold.step import Input, Refusal, Runtime, StepResult
 
 
 class Engine:
