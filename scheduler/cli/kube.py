@@ -153,6 +153,47 @@ def _bind(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forecast(args: argparse.Namespace) -> int:
+    """Every ``--every``: forecast the ledger's pending jobs and annotate their pods."""
+    from kubernetes.client import CoreV1Api  # noqa: PLC0415
+
+    from events.ledgertime import format_at, parse_duration_ms  # noqa: PLC0415
+    from replay.forecast import forecast, moment_of  # noqa: PLC0415
+    from scheduler.kube.annotate import ForecastAnnotator, PodForecast  # noqa: PLC0415
+    from scheduler.kube.client import api_client  # noqa: PLC0415
+
+    try:
+        every_s = parse_duration_ms(args.every) / 1000
+        threshold_ms = parse_duration_ms(args.threshold)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    annotator = ForecastAnnotator(CoreV1Api(api_client(args.kubeconfig)), threshold_ms=threshold_ms)
+    stop = _stop_on_signals()
+    reader = open_ledger(args.ledger)
+    try:
+        while True:
+            with ledger_errors():
+                moment = moment_of(reader.read(0))
+            state = moment.fold.state
+            due: dict[str, PodForecast] = {}
+            for f in forecast(moment):
+                text = (
+                    format_at(f.earliest_ms, True)
+                    if f.earliest_ms is not None
+                    else f"later than {format_at(f.horizon_end_ms, True)}"
+                )
+                pods = tuple(p.name for p in state.jobs[f.job].pods)
+                due[f.job] = PodForecast(f.earliest_ms, text, pods)
+            written = annotator.update(due)
+            log.info("forecasts: %d pending jobs, %d written", len(due), written)
+            if args.once or stop.wait(every_s):
+                break
+    finally:
+        reader.close()
+    print(f"annotated {annotator.patches} pods")
+    return 0
+
+
 def _schedule(args: argparse.Namespace) -> int:
     from scheduler.runtime.embedded import EmbeddedRunner  # noqa: PLC0415
 
@@ -221,6 +262,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workers", type=int, default=32, help="parallel bind calls (default 32)")
     add_security_arguments(p)
     p.set_defaults(func=_with_logging(_fenced_exits(_bind)))
+
+    p = cmds.add_parser(
+        "forecast",
+        help="annotate pending pods with their job's forecast start (gpuledger.io/forecast-start)",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    p.add_argument(
+        "--ledger",
+        required=True,
+        help="the scheduler's ledger: directory or kafka://HOST:PORT/PREFIX",
+    )
+    p.add_argument("--every", default="60s", help="forecast this often (default 60s)")
+    p.add_argument(
+        "--threshold", default="5m", help="write a forecast again when it moved more (default 5m)"
+    )
+    p.add_argument("--once", action="store_true", help="forecast and annotate once, then exit")
+    p.set_defaults(func=_with_logging(_forecast))
 
     p = cmds.add_parser(
         "schedule", help="embedded scheduler loop: follow intake, run cycles, append the ledger"
