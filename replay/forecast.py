@@ -40,6 +40,11 @@ from scheduler.fold.validate import validate
 
 DAY_MS = 86_400_000
 HORIZON_MS = 7 * DAY_MS
+COARSE = 64
+"""By default a forecast's runs round each pod's end up to a step of about 1/64 of its
+distance from the moment (``Simulation.resume``): a start an hour ahead is forecast to
+within a minute, and the days ahead take a few hundred cycles, not one per job that ends.
+``coarse=0`` runs exactly (every end at its own time)."""
 MIN_SAMPLES = 3
 """Completed jobs a group of the history needs before its percentiles are used."""
 
@@ -327,6 +332,7 @@ def _run(
     until: int,
     targets: set[str] | None,
     arrivals: Sequence[SimJob] = (),
+    coarse: int = COARSE,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """One forward run: when each job is placed, and after the first cycle, each pending
     job's reason."""
@@ -336,6 +342,7 @@ def _run(
         bind_ms=moment.bind_ms,
         startup_ms=moment.startup_ms,
         arrivals=arrivals,
+        coarse=coarse,
     )
     jobs = sim.engine.state.jobs
     reasons: dict[str, str] = {}
@@ -357,9 +364,11 @@ def forecast(
     given: Mapping[str, int] | None = None,
     jobs: Iterable[str] | None = None,
     arrivals: str = "none",
+    coarse: int = COARSE,
 ) -> list[Forecast]:
     """The forecast of every pending job at the moment (or of ``jobs`` only, which lets
-    the runs stop once those have started), assuming ``arrivals`` (``ARRIVALS``)."""
+    the runs stop once those have started), assuming ``arrivals`` (``ARRIVALS``), to the
+    precision ``coarse`` gives (``COARSE``; 0: exact)."""
     if arrivals not in ARRIVALS:
         raise ValueError(f"arrivals {arrivals!r}: expected one of {', '.join(ARRIVALS)}")
     state = moment.fold.state
@@ -378,7 +387,7 @@ def forecast(
             guess = model.estimate(event.queue, len(event.pods), event.priority_class)
             runtime = stated if stated is not None else (guess.p50_ms, guess.p90_ms)[which]
             new.append(SimJob(when, event, runtime or never))
-        return _run(state, runtimes, moment, until, targets, new)
+        return _run(state, runtimes, moment, until, targets, new, coarse)
 
     early, reasons = run(0)
     late, _ = run(1)

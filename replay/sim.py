@@ -403,6 +403,8 @@ class Simulation:
         self.ready: dict[str, int] = {}
         self.placed: dict[str, int] = {}
         """Per job: when the scheduler first placed its gang (its first ``PodsAllocated``)."""
+        self.origin = 0
+        self.coarse = 0
         self.cycles = 0
 
     def _push(self, at: int, event: Event, attempt: int = -1) -> None:
@@ -499,6 +501,14 @@ class Simulation:
                 break
         return now, submitted
 
+    def _ending(self, at: int) -> int:
+        """When a pod due to end at ``at`` ends: then, or on the coarse grid (``resume``)."""
+        ahead = at - self.origin
+        if not self.coarse or ahead <= 1000:
+            return at
+        step = 1 << max(10, (ahead // self.coarse).bit_length() - 1)
+        return self.origin + -(-ahead // step) * step
+
     def _wake(self, now: int) -> None:
         """A time-based rule falls due at the state's wakeup: make sure a cycle runs then."""
         wakeup = self.engine.state.wakeup
@@ -515,13 +525,19 @@ class Simulation:
         bind_ms: int,
         startup_ms: int,
         arrivals: Sequence[SimJob] = (),
+        coarse: int = 0,
     ) -> Simulation:
         """A simulation that carries on from ``state`` — the core's state at a moment of a
         ledger, which it takes over — with only ``arrivals`` as new work: each active or
         pending job runs ``runtimes[job]`` ms in all once it has started (less what it has
         checkpointed), the world binds in ``bind_ms`` and starts pods in ``startup_ms``, and
         pods that preemption is evicting are gone after ``bind_ms``. ``carry_on`` runs it;
-        ``placed`` then holds when each job was placed. Nothing is recorded."""
+        ``placed`` then holds when each job was placed. Nothing is recorded.
+
+        ``coarse`` (a forecast's speed for its precision): when non-zero, a pod's end is
+        rounded up to a grid whose step is about 1/``coarse`` of its distance from the
+        state's moment (a power of two of milliseconds, at least a second), so ends far
+        ahead share a cycle instead of taking one each."""
         sim = cls.__new__(cls)
         sim._setup(
             [],
@@ -535,6 +551,7 @@ class Simulation:
             skip_invalid=False,
         )
         sim.engine.state = state
+        sim.origin, sim.coarse = state.now, coarse
         sim.runtime = dict(runtimes)
         now = state.now
         for job in state.jobs.values():
@@ -543,7 +560,8 @@ class Simulation:
                 sim._started[job.job] = sim._finishing[job.job] = job.attempt
                 for pod in job.placements:
                     if pod not in job.finished:
-                        sim._push(max(end, now + 1), PodFinished(job=job.job, pod=pod), job.attempt)
+                        at = sim._ending(max(end, now + 1))
+                        sim._push(at, PodFinished(job=job.job, pod=pod), job.attempt)
             elif job.status == ALLOCATED:
                 for pod, placed in job.placements.items():
                     sim._push(
@@ -647,7 +665,9 @@ class Simulation:
                         remaining = max(1, self.runtime[job_id] - job.checkpointed_ms)
                         for placed in job.placements:
                             self._push(
-                                now + remaining, PodFinished(job=job_id, pod=placed), job.attempt
+                                self._ending(now + remaining),
+                                PodFinished(job=job_id, pod=placed),
+                                job.attempt,
                             )
                 case _:
                     pass

@@ -57,7 +57,7 @@ def test_a_reservation_is_forecast_at_its_promised_time(ledger: Path) -> None:
     moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
     job = moment.fold.state.jobs["b-whole"]
     assert job.promise > moment.fold.state.now  # a reservation stands
-    (f,) = forecast(moment, jobs=["b-whole"])
+    (f,) = forecast(moment, jobs=["b-whole"], coarse=0)  # exact: every end at its time
     assert f.earliest_ms == f.latest_ms == job.promise == _placed(ledger)["b-whole"]
     assert f.estimate.source == "given" and "reservation" in f.reason
 
@@ -66,7 +66,7 @@ def test_every_pending_job_in_queue_order_and_what_the_ledger_did(ledger: Path) 
     """With exact estimates and nothing arriving after it, each forecast is the start the
     ledger records (the world here is the simulator's: binds and starts as timed)."""
     moment = moment_of(LedgerDirReader(ledger).read(0), 150_000)
-    result = forecast(moment)
+    result = forecast(moment, coarse=0)
     assert [(f.queue, f.position, f.job) for f in result] == [
         ("a", 1, "b-whole"),
         ("a", 2, "b-small"),
@@ -127,3 +127,13 @@ def test_the_history_estimates_jobs_like_it_that_ran_as_long() -> None:
     assert beyond.p50_ms == 240 * 60_000 and "longer than any" in beyond.source
     assert model.estimate("other", 4, "train").source.startswith("history: every queue")
     assert RuntimeModel().estimate("q", 1, "train").p50_ms is None
+
+
+def test_a_coarse_forecast_is_within_its_step(ledger: Path) -> None:
+    """By default ends are rounded up to about 1/64 of their distance: the reservation an
+    hour ahead is forecast within a minute after its promised time, never before it."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    promise = moment.fold.state.jobs["b-whole"].promise
+    (f,) = forecast(moment, jobs=["b-whole"])
+    assert f.earliest_ms is not None
+    assert promise <= f.earliest_ms <= promise + (promise - moment.fold.state.now) // 32

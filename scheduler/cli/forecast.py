@@ -51,6 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="none",
         help="new work assumed: none (default), or the last day's submissions again",
     )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="every job ends at its own estimated time (slower); by default ends are "
+        "rounded up to about 1/64 of their distance from the moment",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_damage_options(p)
     p.set_defaults(func=_forecast)
@@ -58,7 +64,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _forecast(args: argparse.Namespace) -> int:
     from replay.config import ConfigError  # noqa: PLC0415  # heavy: only when run
-    from replay.forecast import forecast, job_from_yaml, moment_of, sooner, submit  # noqa: PLC0415
+    from replay.forecast import (  # noqa: PLC0415
+        COARSE,
+        forecast,
+        job_from_yaml,
+        moment_of,
+        sooner,
+        submit,
+    )
 
     try:
         horizon_ms = parse_duration_ms(args.horizon)
@@ -96,7 +109,10 @@ def _forecast(args: argparse.Namespace) -> int:
             raise CliError(f"{args.job}: {submitted}")
         variants = sooner(moment, job, horizon_ms=horizon_ms, arrivals=args.arrivals)
         moment, jobs = submitted, [job.job]
-    result = forecast(moment, horizon_ms=horizon_ms, jobs=jobs, arrivals=args.arrivals)
+    coarse = 0 if args.exact else COARSE
+    result = forecast(
+        moment, horizon_ms=horizon_ms, jobs=jobs, arrivals=args.arrivals, coarse=coarse
+    )
     now = moment.fold.state.now
     rows = [f.row(now) for f in result]
     if args.json:
