@@ -9,6 +9,7 @@ seconds; the loaders convert to the ledger's integer units exactly.
 from __future__ import annotations
 
 import functools
+import graphlib
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -598,15 +599,17 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
     for name, spec in by_name.items():
         if spec.parent and spec.parent not in by_name:
             raise ConfigError(f"queue {name}: parent {spec.parent!r} is not defined")
-    # Every parent exists (checked above), so walking a chain cannot leave the tree.
-    for name, spec in by_name.items():
-        seen = {name}
-        parent = spec.parent
-        while parent:
-            if parent in seen:
-                raise ConfigError(f"queue {name}: the parent chain loops through {parent!r}")
-            seen.add(parent)
-            parent = by_name[parent].parent
+    # Every parent exists (checked above); a parent comes before its children.
+    graph = {name: ({spec.parent} if spec.parent else set()) for name, spec in by_name.items()}
+    try:
+        parents_first = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        loop = exc.args[1]
+        raise ConfigError(f"queue {loop[0]}: the parent chain loops through {loop[1]!r}") from None
+    depth: dict[str, int] = {}
+    for name in parents_first:
+        parent = by_name[name].parent
+        depth[name] = depth[parent] + 1 if parent else 0
     for name, spec in by_name.items():
         kids = [k for k in by_name.values() if k.parent == name]
         # in milli-GPUs: a float sum (0.1 + 0.2) would exceed a parent's 0.3
@@ -623,14 +626,7 @@ def queue_events(queues: QueuesFile) -> list[QueueConfigured]:
     if top_pct > 100:
         raise ConfigError(f"top-level queues' deserved_percent adds up to {top_pct:g}")
 
-    def depth(spec: QueueSpec) -> int:
-        level = 0
-        while spec.parent:
-            spec = by_name[spec.parent]
-            level += 1
-        return level
-
-    ordered = sorted(by_name.values(), key=lambda s: (depth(s), s.name))
+    ordered = sorted(by_name.values(), key=lambda s: (depth[s.name], s.name))
     return [_queue_event(s) for s in ordered]
 
 
