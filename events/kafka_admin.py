@@ -38,9 +38,9 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
     UnsupportedSaslMechanismError,
 )
-from aiokafka.producer import sender as aiokafka_sender
 from aiokafka.protocol.metadata import MetadataRequest
 
+from events.aiokafka_shim import add_partition_to_transaction, set_transaction_retry_backoff
 from events.kafka_security import (
     FLAGS,
     KafkaAuthError,
@@ -259,7 +259,7 @@ def new_consumer(
 # a millisecond or two, and a producer that commits back to back — the scheduler service,
 # one transaction per micro-batch — meets it in about one transaction in eight; each
 # time the micro-batch's decisions waited 20 ms for nothing. Polled every 2 ms instead.
-aiokafka_sender.BACKOFF_OVERRIDE = 0.002
+set_transaction_retry_backoff(0.002)
 
 
 def new_producer(
@@ -268,10 +268,12 @@ def new_producer(
     *,
     security: KafkaSecurity | None = None,
     compression: str | None = COMPRESSION,
+    max_request_size: int = 1024 * 1024,
 ) -> AIOKafkaProducer:
     """An idempotent producer (transactional when given an id) that batches and compresses
     (``compression=None``: it does not, for large records that must not hold up the event
-    loop while they are compressed).
+    loop while they are compressed); ``max_request_size``: the largest request it sends
+    (aiokafka's default, 1 MiB, unless a caller writes larger records).
 
     Start it with ``start_client`` for a clear error when the broker refuses it."""
     return AIOKafkaProducer(
@@ -286,6 +288,7 @@ def new_producer(
         # quickly if no successor fences it first.
         transaction_timeout_ms=10_000,
         request_timeout_ms=15_000,
+        max_request_size=max_request_size,
     )
 
 
@@ -334,8 +337,7 @@ async def add_partition_now(producer: AIOKafkaProducer, topic: str, partition: i
     scheduler service: the micro-batch's cycle), and the answer is usually back by then.
     A transaction in which nothing is sent to the partition still commits (the partition
     only gets the commit marker)."""
-    # What ``send`` does for a partition it has not added yet (aiokafka has no public call).
-    producer._txn_manager.maybe_add_partition_to_txn(TopicPartition(topic, partition))
+    add_partition_to_transaction(producer, TopicPartition(topic, partition))
     # The sender task wakes, starts the request task, and that writes the request: a few
     # turns of the event loop, before the caller's synchronous work holds it.
     for _ in range(4):

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlparse
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from events.aiokafka_shim import fetch_all_metadata
 from events.codec import Envelope, decode_envelope, encode_envelope
 from events.kafka_admin import (
     DEFAULT_DOMAIN,
@@ -134,7 +135,7 @@ class KafkaReader:
         await start_client(consumer, self.bootstrap, self.security)
         # The consumer's public metadata is only the topics it subscribed to; ask the
         # cluster for all of them to tell a missing partition from an empty one.
-        cluster = await consumer._client.fetch_all_metadata()
+        cluster = await fetch_all_metadata(consumer)
         partitions = cluster.partitions_for_topic(self.topic) or set()
         if self.partition not in partitions:
             await consumer.stop()

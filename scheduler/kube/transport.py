@@ -268,8 +268,12 @@ class KafkaIntakeSink(IntakeSink):
 
     async def _start_producer(self) -> None:
         s = self.settings
-        producer = new_producer(s.bootstrap, self.transactional_id, security=s.security)
-        producer._max_request_size = POSITION_MAX_BYTES  # as the service does for snapshots
+        producer = new_producer(
+            s.bootstrap,
+            self.transactional_id,
+            security=s.security,
+            max_request_size=POSITION_MAX_BYTES,  # as the service does for snapshots
+        )
         await start_client(producer, s.bootstrap, s.security)
         self._producer = producer
 

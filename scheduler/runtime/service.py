@@ -624,17 +624,19 @@ class SchedulerService:
         s = cfg.settings
         started = time.perf_counter()
         self._producer = new_producer(
-            s.bootstrap, s.transactional_id(cfg.domain), security=s.security
+            s.bootstrap,
+            s.transactional_id(cfg.domain),
+            security=s.security,
+            max_request_size=SNAPSHOT_MAX_BYTES,  # a large micro-batch
         )
-        self._producer._max_request_size = SNAPSHOT_MAX_BYTES  # a large micro-batch
         # Uncompressed: gzip of a 10 MB snapshot would hold the loop for a few 100 ms.
         self._snap_producer = new_producer(
             s.bootstrap,
             s.snapshot_transactional_id(cfg.domain),
             security=s.security,
             compression=None,
+            max_request_size=SNAPSHOT_MAX_BYTES,
         )
-        self._snap_producer._max_request_size = SNAPSHOT_MAX_BYTES
         # init_transactions: fences and aborts a zombie's ledger and snapshot transactions,
         # before the restore reads what they wrote.
         await start_client(self._producer, s.bootstrap, s.security)
