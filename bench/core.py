@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from bench.cluster import packed, running_pods, tree
-from bench.measure import nearest_rank
+from bench.measure import nearest_rank, provenance
 from events.model import JobPreempted, JobSubmitted, PodFinished, PodSpec, QueueConfigured
 from scheduler.core import State, apply, cycle
 from scheduler.render.table import render_table
@@ -266,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds = ", ".join(f"{r['nodes']:,} nodes {r['index_s']:.2f} s" for r in ours)
     print(f"running index, built once per process or restore (not in the times above): {builds}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"figures": rows, "cases": results}, indent=2))
+    args.json.write_text(
+        json.dumps({"figures": rows, "cases": results, "provenance": provenance()}, indent=2)
+    )
     print(f"(JSON: {args.json})")
     return 0
 
