@@ -62,8 +62,11 @@ bench: $(STAMP) kafka-up k8s-up
 	bash scripts/k8s.sh kube-scheduler >/dev/null  # upstream kube-scheduler, API server's version (cached)
 	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server: gpuledger vs kube-scheduler
 	$(PY) -m bench.kube --backlog  # the same with every pod created first: each scheduler's own rate
-	$(PY) -m bench.core  # scheduling cycles at 1,000 nodes, fill rate, memory (issue 8 targets)
+	$(PY) -m bench.core --json $(OUT)/bench/core.json  # scheduling cycles at 1,000 and 4,000 nodes, fill rate, memory
+	mkdir -p docs/bench && cp $(OUT)/bench/core.json docs/bench/core.json
+	$(PY) scripts/bench_tables.py  # docs/operations.md's tables from the JSON just written
 	$(PY) -m bench.policy --json $(OUT)/bench-policy.json  # gpuledger vs easy, fifo, drf on a congested multi-tenant week
+	$(PY) -m bench.forecast --json $(OUT)/bench/forecast.json  # forecast accuracy on both bench.policy runs, and cost
 	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
 	$(PY) -m bench.soak --kafka  # 3.5 min on the broker: normal, 10x burst, normal; latency, lag, RSS
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from events.codec import Envelope
 from events.filelog import HEADER_SIZE, FileLedger, LedgerDirReader
 from scheduler.cli import main
 
@@ -24,7 +25,7 @@ EX = "replay/examples"
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[int, int]]]:
-    """A one-segment ledger of the demo's records, appended in batches of 1 to 97 records;
+    """A one-segment ledger of the demo's records, appended in batches of whole steps;
     and for each append, (its end in the segment, the records written up to it)."""
     root = tmp_path_factory.mktemp("torn")
     sim = root / "sim"
@@ -39,17 +40,26 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[
     )  # fmt: skip
     assert code == 0
     envelopes = [env for _, env in LedgerDirReader(sim).read(0)][:1500]
+    # A writer appends whole steps (inputs, then the cycle's decisions up to its
+    # cycle_completed): batches of 1 to 13 steps here, so every append ends a cycle.
+    steps: list[list[Envelope]] = [[]]
+    for env in envelopes:
+        steps[-1].append(env)
+        if env.type == "cycle_completed":
+            steps.append([])
+    steps = [step for step in steps if step and step[-1].type == "cycle_completed"]
     ledger = root / "ledger"
     ends: list[tuple[int, int]] = []
     with FileLedger.open(ledger) as writer:
         (segment,) = ledger.glob("*.seg")
-        done, size = 0, 1
-        while done < len(envelopes):
-            batch = envelopes[done : done + size]
+        done, taken, size = 0, 0, 1
+        while taken < len(steps):
+            batch = [env for step in steps[taken : taken + size] for env in step]
             writer.append(batch)
+            taken += size
             done += len(batch)
             ends.append((segment.stat().st_size, done))
-            size = size * 7 % 97 + 1
+            size = size * 7 % 13 + 1
     return ledger, ends
 
 

@@ -30,7 +30,7 @@ class Forecasts:
         self.source = source
         self.keep = keep
         self.every_s = every_s
-        self._results: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._results: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
         self._latest: tuple[float, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
@@ -55,7 +55,11 @@ class Forecasts:
                 made, result = self._latest
                 if time.monotonic() - made < self.every_s:
                     return result
-            key = bound if bound is not None else ("end", end_offset)
+            # A moment in time takes in records appended later with an earlier stamp (a
+            # ledger that has not reached it yet): its key holds the end offset too.
+            key = ("end", end_offset) if bound is None else (*bound, end_offset)
+            if bound is not None and bound[0] == "offset":
+                key = ("offset", min(bound[1], end_offset))
             found = self._results.get(key)
             if found is None:
                 moment = self._moment(bound, end_offset)

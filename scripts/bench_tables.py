@@ -1,0 +1,97 @@
+"""Write the benchmark tables of docs/operations.md from the benchmarks' own JSON.
+
+    python scripts/bench_tables.py [--check]
+
+Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in
+docs/operations.md and is rendered from ``docs/bench/NAME.json``, which ``make bench``
+copies there from the run it just made (``bench.core``'s ``--json``). The commit, machine,
+date and load the JSON records are printed under the table, so the doc's figures are
+always those of a named measurement and none is typed by hand. ``--check`` exits 1 when
+the doc differs from what the JSON renders (``tests/test_bench_tables.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "operations.md"
+DATA = ROOT / "docs" / "bench"
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit in ("x",):
+        return f"{value:.1f} ×"
+    if unit == "placements/s":
+        return f"{value:,.0f}/s"
+    if unit == "ms" and value >= 1000:
+        return f"{value / 1000:,.2f} s"
+    decimals = 1 if value < 100 else 0
+    return f"{value:,.{decimals}f} {unit}"
+
+
+def core_table(data: dict[str, Any]) -> str:
+    """``bench.core``'s figures as a Markdown table, then where they were measured."""
+    lines = ["| figure | gpuledger | fifo | target | meets |", "|---|---|---|---|---|"]
+    for row in data["figures"]:
+        unit = row["unit"]
+        bound = ">=" if unit == "placements/s" else "<="
+        target = f"{bound} {_value(row['target'], unit)}"
+        meets = "yes" if row["meets"] else "**no**"
+        lines.append(
+            f"| {row['figure']} | {_value(row['gpuledger'], unit)} | "
+            f"{_value(row['fifo'], unit)} | {target} | {meets} |"
+        )
+    p = data.get("provenance") or {}
+    lines += [
+        "",
+        f"Measured by `python -m bench.core` on commit `{p.get('commit', '?')}`, "
+        f"{p.get('date', '?')}, on {p.get('machine', '?')} (Python {p.get('python', '?')}, "
+        f"load average {p.get('load', '?')} at the end).",
+    ]
+    return "\n".join(lines)
+
+
+TABLES = {"core": core_table}
+
+
+def render(doc: str) -> str:
+    """The doc with every bench table rendered from its JSON."""
+    for name, table in TABLES.items():
+        data = json.loads((DATA / f"{name}.json").read_text())
+        pattern = re.compile(
+            rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", flags=re.DOTALL
+        )
+        if not pattern.search(doc):
+            raise SystemExit(f"{DOC}: no <!-- bench:{name} --> … <!-- /bench:{name} --> block")
+        doc = pattern.sub(lambda m: m.group(1) + table(data) + m.group(2), doc)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the doc is stale")
+    args = parser.parse_args(argv)
+    doc = DOC.read_text()
+    fresh = render(doc)
+    if args.check:
+        if fresh != doc:
+            sys.stderr.write(
+                f"{DOC} differs from what docs/bench/*.json renders: "
+                "run python scripts/bench_tables.py\n"
+            )
+            return 1
+        return 0
+    DOC.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
