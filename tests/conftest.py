@@ -4,23 +4,47 @@ Hypothesis explores new random examples on every developer run; CI (``CI=true``)
 fixed, derandomized set so that a landing never hinges on the luck of the draw. A failure
 found while developing is kept by Hypothesis's example database and turned into a
 regression test.
+
+Tests that need the broker, the API server or a browser are marked ``kafka``, ``kube`` or
+``browser`` here, from the fixtures they use (a test reaching the service another way
+carries the marker itself); ``make unit`` runs the rest.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
+from tests.prereq import require, under_ci
+
 if TYPE_CHECKING:
     from tests.kubeharness import Cluster
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+settings.load_profile("ci" if under_ci() else "dev")
+
+# The fixture that brings up a piece of infrastructure, and the marker of every test using
+# it (directly or through another fixture): kafkakit.kafka starts the broker, cluster_session
+# the control plane, test_console's browser launches Chromium.
+INFRA_FIXTURES = {"kafka": "kafka", "cluster_session": "kube", "browser": "browser"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in INFRA_FIXTURES.items():
+            if fixture in used:
+                item.add_marker(marker)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.prereq(condition, what)``: skip, or under CI fail, before any fixture."""
+    for mark in item.iter_markers("prereq"):
+        require(*mark.args)
 
 
 @pytest.fixture(scope="session")

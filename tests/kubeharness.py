@@ -7,17 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.kube.client import api_client, raw
+from tests import waiting
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("GPULEDGER_K8S_CACHE", Path.home() / ".cache/gpuledger/k8s"))
@@ -297,13 +299,15 @@ def make_cluster(tmp: Path) -> Cluster:
     )
 
 
-def wait_until(cond: Callable[[], object], timeout: float, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+def wait_until(
+    cond: Callable[[], T],
+    timeout: float,
+    what: str = "condition",
+    *,
+    detail: Callable[[], object] | None = None,
+) -> T:
+    """tests.waiting.wait_until, polling every 0.2 s (each poll asks the API server)."""
+    return waiting.wait_until(cond, timeout, what, poll=0.2, detail=detail)
 
 
 class Proc:

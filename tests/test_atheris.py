@@ -9,7 +9,6 @@ under CI a missing atheris fails these tests instead of skipping them.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz.targets import REGRESSIONS, TARGETS, cleanup
+from tests.prereq import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,12 +26,10 @@ RUNS = {"codec": 50_000, "segment": 2_000, "config": 5_000, "jsonl": 15_000}
 
 
 def _require_atheris() -> None:
-    if importlib.util.find_spec("atheris") is not None:
-        return
-    message = "atheris is not installed: pip install -e '.[dev]' (make test does)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    require(
+        importlib.util.find_spec("atheris") is not None,
+        "atheris is not installed: pip install -e '.[dev]' (make test does)",
+    )
 
 
 @pytest.mark.slow

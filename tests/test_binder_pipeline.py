@@ -52,7 +52,7 @@ class FakeCore:
         """The binder's ``Poster``: bindings and Events."""
         if path.endswith("/binding"):
             name = body["metadata"]["name"]
-            time.sleep(0.3 if name in self.slow else 0.01)
+            time.sleep(0.3 if name in self.slow else 0.01)  # intentional: the API's latency
             self._record("bind", name)
 
     def create_namespaced_pod_eviction(self, name: str, ns: str, body: Any, **_: Any) -> _Answer:

@@ -4,12 +4,13 @@ Playwright), its JSON API, and ``sql``/``report`` asking it instead of the file.
 One server runs for the module over the fintech example's ledger plus a hostile queue and
 job (their names are HTML); its numbers are checked against SQL over an independent
 projection of the same ledger. The browser tests skip only when no Chromium is installed
-(``make browsers`` installs it). Screenshots of every page go to ``$GPULEDGER_SCREENSHOTS``
+(``make browsers`` installs it), and under CI they fail instead (tests/prereq.py). Screenshots of every page go to ``$GPULEDGER_SCREENSHOTS``
 (default ``out/screenshots``); docs/img holds the ones the README shows.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,8 @@ from events.model import JobSubmitted, PodSpec, QueueConfigured, Resources
 from events.sources import open_reader
 from projections.projector import project
 from replay.metrics import collect, tenant_rows
+from tests.prereq import require
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -284,7 +287,7 @@ def test_concurrent_readers_while_the_ledger_grows(ledger: Path, tmp_path: Path)
         at = _last_at(ledger) + 1000
         for i in range(10):
             _append(ledger, [_job(f"grow-{i:02d}", "training")], at + i * 1000)
-            time.sleep(0.3)
+            time.sleep(0.3)  # intentional: the ledger grows over 3 s while the readers run
         out, err = shell.communicate("SELECT count(*) AS n FROM jobs;\n.tables\n", timeout=60)
         assert shell.returncode == 0, err
         assert "jobs" in out
@@ -293,9 +296,12 @@ def test_concurrent_readers_while_the_ledger_grows(ledger: Path, tmp_path: Path)
             end_offset = end.end_offset()
         finally:
             end.close()
-        deadline = time.monotonic() + 10
-        while srv.get("/api/status")["next_offset"] < end_offset and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(
+            lambda: srv.get("/api/status")["next_offset"] >= end_offset,
+            10,
+            f"the console's follower to reach the ledger's end ({end_offset})",
+            detail=lambda: srv.get("/api/status"),
+        )
         status = srv.get("/api/status")
     finally:
         stop.set()
@@ -314,9 +320,13 @@ def test_concurrent_readers_while_the_ledger_grows(ledger: Path, tmp_path: Path)
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no Chromium on this machine: `make browsers` installs it")
-    playwright = pytest.importorskip("playwright.sync_api")
+    require(CHROMIUM, "no Chromium on this machine: `make browsers` installs it")
+    require(
+        importlib.util.find_spec("playwright") is not None,
+        "playwright is not installed: pip install -e '.[dev]' (make test does)",
+    )
+    import playwright.sync_api as playwright
+
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield b

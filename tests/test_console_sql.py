@@ -197,11 +197,13 @@ def test_runaway_query_is_interrupted_and_pages_keep_answering(console: Console)
 
     thread = threading.Thread(target=runaway)
     thread.start()
+    # intentional: a moment for the query to start (the console does not show its running
+    # queries); the pages are then timed for as long as it runs
     time.sleep(0.3)
     pages = []
     while thread.is_alive():
         pages.append(_timed_get(console.url + "/queues"))
-        time.sleep(0.1)
+        time.sleep(0.1)  # intentional: the pace of the page requests
     thread.join()
     status, body = result["answer"]
     assert status == 400 and "time limit" in body["error"], body
@@ -239,6 +241,8 @@ def test_sigterm_during_queries_ends_serve_within_2s(ledger: Path, tmp_path: Pat
     try:
         for t in threads:
             t.start()
+        # intentional: a moment for the three queries to reach the server; it does not show
+        # its running queries, and a probing query would take a slot of its own
         time.sleep(1.0)
         start = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)

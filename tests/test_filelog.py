@@ -40,6 +40,7 @@ from events.jsonl import export_jsonl, import_jsonl
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted, PodSpec, PodStarted
 from events.sources import open_reader
+from tests.waiting import wait_until
 
 
 def env(i: int) -> Envelope:
@@ -432,6 +433,7 @@ def test_follow_sees_records_appended_by_a_live_writer(ledger: Path) -> None:
     def produce() -> None:
         for i in range(3, 203, 4):
             writer.append(expected[i : i + 4])
+            # intentional: appends spread out, interleaved with the follower's polls
             time.sleep(0.001)
 
     thread = threading.Thread(target=produce)
@@ -480,7 +482,7 @@ def test_follow_across_a_crash_and_recovery(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=follow)
     thread.start()
-    time.sleep(0.1)
+    wait_until(lambda: len(got) >= total - 1, 10, "the follower to reach the torn append")
     with FileLedger.open(ledger) as w:  # recovery truncates, then new records overwrite
         assert w.recovered_bytes == end - 3 - start
         w.append([wrap(JobSubmitted(job="new", queue="q", pods=(PodSpec("a"),)), 5)])

@@ -69,7 +69,7 @@ def _run_and_kill(path: Path, seed: int, delay: float) -> tuple[int, list[int]]:
     assert child.stdout is not None
     ready = child.stdout.readline().split()
     assert ready[:1] == [b"ready"], child.stderr.read() if child.stderr else b""
-    time.sleep(delay)
+    time.sleep(delay)  # intentional: the random moment of the kill, mid-append
     os.kill(child.pid, signal.SIGKILL)
     out, err = child.communicate(timeout=10)
     assert child.returncode == -signal.SIGKILL, err

@@ -5,7 +5,7 @@ command with real flags, and that the test kube-apiserver (scripts/k8s.sh) accep
 rendered object and `helm install` grants each ServiceAccount exactly its rights.
 
 helm comes from `make helm` (scripts/helm.sh, cached in ~/.cache/gpuledger/helm). Without it
-these tests skip, unless GPULEDGER_REQUIRE_HELM is set, when they fail.
+these tests skip, unless GPULEDGER_REQUIRE_HELM or CI is set, when they fail (tests/prereq.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from tests.kubeharness import KUBECONFIG, ROOT, ensure_control_plane
+from tests.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +131,7 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
         reason = "helm not found: run `make helm` (scripts/helm.sh builds it into ~/.cache/gpuledger/helm)"
         if os.environ.get("GPULEDGER_REQUIRE_HELM"):
             pytest.fail(f"GPULEDGER_REQUIRE_HELM is set but {reason}")
-        pytest.skip(reason)
+        require(False, reason)
     return Helm(path, tmp_path_factory.mktemp("helm-home"))
 
 
@@ -606,6 +607,7 @@ def ensure_namespace(api: Any, name: str) -> str:
     return name
 
 
+@pytest.mark.kube
 @pytest.mark.parametrize("name", ALL_VALUES)
 def test_api_server_accepts_every_object(helm: Helm, api: Any, tmp_path: Path, name: str) -> None:
     """Server-side apply, dry run, strict field validation: the API server runs defaulting,
@@ -662,6 +664,7 @@ def review(api: Any, ns: str, account: str, verb: str, resource: str, group: str
     return bool(result.status.allowed)
 
 
+@pytest.mark.kube
 def test_helm_install_grants_each_component_exactly_its_rights(
     helm: Helm, api: Any, tmp_path: Path
 ) -> None:

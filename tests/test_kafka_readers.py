@@ -43,6 +43,7 @@ from events.port import LedgerReader
 from projections.projector import PROJECTIONS, project
 from scheduler.cli import main
 from tests.kafkakit import fresh_settings, kafka
+from tests.waiting import wait_until
 
 __all__ = ["kafka"]
 
@@ -215,7 +216,7 @@ def follow_appends(reader: LedgerReader, append: Callable[[list[Envelope]], obje
 
     t = threading.Thread(target=follow, daemon=True)
     t.start()
-    time.sleep(0.1)
+    wait_until(lambda: seen, 10, "the follower to read the record at offset 1")
     append([pod(2)])
     append([pod(3)])
     t.join(15)
@@ -248,6 +249,8 @@ def test_log_cat_follow_on_a_directory(tmp_path: Path, capsys: pytest.CaptureFix
         writer.append([pod(0), pod(1)])
 
     def produce() -> None:
+        # intentional: the appends come a moment after `log cat --follow` starts (its
+        # progress cannot be watched from here; its 1.5 s idle timeout leaves room)
         time.sleep(0.3)
         with FileLedger.open(path) as w:
             w.append([pod(2)])
@@ -366,11 +369,12 @@ def abort_one(bootstrap: str, topic: str, events: list[tuple[int, Event]]) -> No
 def wait_end(url: str, above: int) -> int:
     """The topic's stable end once it passes ``above`` (abort markers land after a moment)."""
     with open_kafka_reader(url) as reader:
-        deadline = time.monotonic() + 30
-        while (end := reader.end_offset()) <= above:
-            assert time.monotonic() < deadline, "the end never moved"
-            time.sleep(0.05)
-        return end
+
+        def past() -> int:
+            end = reader.end_offset()
+            return end if end > above else 0
+
+        return wait_until(past, 30, f"the end to pass {above}", detail=reader.end_offset)
 
 
 @pytest.mark.integration

@@ -40,6 +40,16 @@ def count(events: list[tuple[int, object]], tag: str) -> collections.Counter[tup
     return c
 
 
+def wait_recorded(ledger: Path, tag: str, pods: int, timeout: float = 30) -> None:
+    """Wait until the ledger holds ``tag`` events for at least ``pods`` distinct pods."""
+    wait_until(
+        lambda: len(count(ledger_events(ledger), tag)) >= pods,
+        timeout,
+        f"{tag} of {pods} pods in the ledger",
+        detail=lambda: sorted(count(ledger_events(ledger), tag)),
+    )
+
+
 def test_end_to_end_three_queues_gangs_singles_tenancy(cluster: Cluster, tmp_path: Path) -> None:
     ns = [cluster.namespace(n) for n in ("e2e-a", "e2e-b", "e2e-c")]
     cluster.nodes("e2e-gpu", 3, gpus=8)
@@ -61,7 +71,7 @@ def test_end_to_end_three_queues_gangs_singles_tenancy(cluster: Cluster, tmp_pat
 
         wait_until(all_done, 60, "all admitted pods to succeed")
         wait_until(lambda: cluster.events(ns[2], "Rejected"), 10, "a Rejected event")
-        time.sleep(1.5)  # let PodFinished reach the ledger
+        wait_recorded(tmp_path / "ledger", "PodFinished", 10)
     for name, p in procs.items():
         assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
     assert cluster.phases(ns[2])["sneaky"] == "Pending"
@@ -110,7 +120,8 @@ def test_reclaim_evicts_through_eviction_api_with_events(cluster: Cluster, tmp_p
         wait_until(lambda: cluster.phases(b).get("claim") == "Running", 40, "reclaimer running")
         preempted = cluster.events(a, "Preempted")
         preempting = cluster.events(b, "Preempting")
-        time.sleep(1)
+        wait_recorded(tmp_path / "ledger", "PodEvicted", 2)
+        wait_until(lambda: len(cluster.phases(a)) <= 2, 30, "the evicted hogs deleted")
     for name, p in procs.items():
         assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
     assert preempted and all(
@@ -191,7 +202,7 @@ def test_gangs_from_jobset_and_pytorchjob_owners(cluster: Cluster, tmp_path: Pat
             return all(v == "Succeeded" for v in cluster.phases(ns).values())
 
         wait_until(done, 60, "every pod to succeed")
-        time.sleep(1.5)  # let PodFinished reach the ledger
+        wait_recorded(tmp_path / "ledger", "PodFinished", len(js_pods) + 2 + len(bert_pods))
     for name, p in procs.items():
         assert "Traceback" not in p.log(), f"{name}:\n{p.log()}"
     events = ledger_events(tmp_path / "ledger")
@@ -244,7 +255,11 @@ def test_failed_eviction_holds_the_gpus_and_is_retried(cluster: Cluster, tmp_pat
                 )
 
             wait_until(recorded, 40, "EvictionFailed in the ledger")
-            warnings = cluster.events(a, "EvictionFailed")
+            warnings = wait_until(
+                lambda: cluster.events(a, "EvictionFailed"), 10, "the EvictionFailed Event"
+            )
+            # intentional: an absence window; for 2 s the claim must not be bound onto the
+            # GPUs the victim still holds (checked just below)
             time.sleep(2)
             assert cluster.phases(a)["hog"] == "Running"  # the API kept it
             claim = raw(cluster.core.read_namespaced_pod, "claim", b)
@@ -260,7 +275,8 @@ def test_failed_eviction_holds_the_gpus_and_is_retried(cluster: Cluster, tmp_pat
                 30,
                 "the preemptor bound once the victim is gone",
             )
-            time.sleep(1)
+            wait_recorded(tmp_path / "ledger", "PodEvicted", 1)
+            wait_recorded(tmp_path / "ledger", "PodBound", 2)  # the hog, then the claim
     finally:
         if pdb:
             policy.delete_namespaced_pod_disruption_budget("hog", a)
@@ -345,7 +361,7 @@ def test_restarts_lose_and_duplicate_nothing(cluster: Cluster, tmp_path: Path) -
             if i in (8, 20):
                 procs["ingest"].kill()
                 procs["bind"].kill()
-                time.sleep(0.3)
+                time.sleep(0.3)  # intentional: down for a moment, as after a crash
                 procs["ingest"].start()
                 procs["bind"].start()
             if i == 14:
@@ -356,7 +372,7 @@ def test_restarts_lose_and_duplicate_nothing(cluster: Cluster, tmp_path: Path) -
             90,
             "all pods to succeed",
         )
-        time.sleep(2)
+        wait_recorded(tmp_path / "ledger", "PodFinished", n)
     events = ledger_events(tmp_path / "ledger")
     jobs = {f"rs/job-{i:02d}" for i in range(n)}
     for tag in ("JobSubmitted",):

@@ -193,7 +193,8 @@ def test_ingest_on_kafka_restart_loses_and_repeats_nothing(
         wait_until(lambda: {f"{ns}/late", f"{ns}/g"} <= set(submitted(s)), 30, "late, g")
         cluster.pod(ns, "after", gpus=1, duration=None)
         wait_until(lambda: f"{ns}/after" in submitted(s), 30, "after")
-        time.sleep(1)  # a duplicate would come with the restart's first list
+        # intentional: an absence window; a duplicate would come with the restart's first list
+        time.sleep(1)
     finally:
         run.stop()
     assert run.error is None, run.error
@@ -232,7 +233,7 @@ def test_ingest_subprocess_sigkilled_and_restarted(
                 proc.start()
         want = {f"{ns}/p-{i:02d}" for i in range(n)} | {f"{ns}/down-07", f"{ns}/down-15"}
         wait_until(lambda: want <= set(submitted(s)), 60, "every pod submitted")
-        time.sleep(1.5)
+        time.sleep(1.5)  # intentional: an absence window for duplicates (asserted once each below)
     finally:
         proc.stop()
     assert "Traceback" not in proc.log(), proc.log()
@@ -308,7 +309,7 @@ def test_binder_follows_the_ledger_topic_and_restarts_exactly_once(
         try:
             append_cycle(writer, ns, ["b-2", "b-3"], node, "q")
             wait_until(lambda: len(count(intake(s), PodBound)) == 4, 30, "b-1..b-3 said")
-            time.sleep(1)
+            time.sleep(1)  # intentional: an absence window for a PodBound said twice
         finally:
             run.stop()
             binder.close()
@@ -427,7 +428,7 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
                 wait_until(lambda seen=seen: node_of(cluster, ns, seen), 60, f"{seen} bound")
                 ingest.kill()
                 bind.kill()
-                time.sleep(0.3)
+                time.sleep(0.3)  # intentional: down for a moment, as after a crash
                 ingest.start()
                 bind.start()
         wait_until(
@@ -435,7 +436,12 @@ def test_end_to_end_on_kafka_with_sigkilled_adapters(
             120,
             "all pods to succeed",
         )
-        time.sleep(2)  # let PodFinished reach the ledger
+        wait_until(
+            lambda: len(count(ledger(s), PodFinished)) >= n,
+            30,
+            f"PodFinished of all {n} pods in the ledger",
+            detail=lambda: len(count(ledger(s), PodFinished)),
+        )
     finally:
         for p in (ingest, bind, service):
             p.stop()

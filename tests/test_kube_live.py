@@ -15,6 +15,7 @@ import collections
 import contextlib
 import os
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,7 +157,18 @@ def test_end_to_end_on_kafka_with_standby_reclaim_and_projection(
         preempted = cluster.events(a, "Preempted")
         assert preempted and "by job lv-b/claim (queue lv-team-b)" in preempted[0]["message"]
         assert "rule reclaim" in preempted[0]["message"]
-        time.sleep(3)  # the projector's next run
+        # The projector has run past everything recorded so far (its log: "next offset N").
+        last = max(offset for offset, _, _ in read_all(s, s.ledger))
+
+        def projected() -> list[int]:
+            return [int(n) for n in re.findall(r"next offset (\d+)", procs["project"].log())]
+
+        wait(
+            lambda: projected() and projected()[-1] > last,
+            30,
+            f"the projector past ledger offset {last}",
+            detail=lambda: projected()[-3:],
+        )
         for name, p in procs.items():
             if name != active:
                 assert p.p is not None and p.p.poll() is None, f"{name} exited:\n{p.log()}"
@@ -252,7 +264,9 @@ def test_churn_keeps_the_books_true(
                 with contextlib.suppress(ApiException):
                     cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
                 wait(lambda name=name: name not in cluster.phases(ns), 30, f"{name} deleted")
-                time.sleep(2)  # kwok finishes a deleted pod by name a moment later
+                # intentional: kwok finishes a deleted pod by name a moment later, which the
+                # API does not show (test_kube_churn's re-created name)
+                time.sleep(2)
                 if not name.startswith("g-"):
                     pod(name, 1, duration=duration)
             elif roll < 0.75:
@@ -297,10 +311,10 @@ def test_churn_keeps_the_books_true(
                 steps["kill -9"] += 1
                 victim = procs[order[steps["kill -9"] % len(order)]]
                 victim.kill()
-                time.sleep(rng.uniform(0.5, 2.0))
+                time.sleep(rng.uniform(0.5, 2.0))  # intentional: down a while, as after a crash
                 victim.start()
             assert_no_double_booking(cluster)
-            time.sleep(rng.uniform(0.2, 0.8))
+            time.sleep(rng.uniform(0.2, 0.8))  # intentional: the churn's pace between steps
         # Settle: nodes back, poison gone; every schedulable pod ends up bound or done.
         for back in removed:
             cap = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}
@@ -348,6 +362,8 @@ def test_churn_keeps_the_books_true(
                 if not p["spec"].get("nodeName")
             ]
             raise AssertionError(f"never bound: {stuck}; prefix {s.prefix}") from None
+        # intentional: an absence window; a component that fails on the settled cluster
+        # would have exited by now (checked just below)
         time.sleep(2)
         for name, p in procs.items():
             assert p.p is not None and p.p.poll() is None, f"{name} exited:\n{p.log()[-3000:]}"

@@ -168,6 +168,6 @@ def _follow_live(writer: Any, reader: Any) -> None:
     t.start()
     for i in range(3):
         writer.append([env(2 * i), env(2 * i + 1)])
-        time.sleep(0.05)
+        time.sleep(0.05)  # intentional: appends spread out, while the follower polls
     assert done.wait(15)
     assert seen == [env(i) for i in range(6)]

@@ -25,7 +25,8 @@ import msgspec
 import pytest
 
 from events.codec import Envelope, decode_envelope, decode_event, encode_envelope, wrap
-from events.kafka_admin import KafkaSettings, new_consumer, run_sync
+from events.kafka_admin import KafkaSettings, new_consumer, run_sync, start_client
+from events.kafka_security import resolve_security
 from events.kafkalog import KafkaReader, end_offset_of, read_records
 from events.model import (
     DECISION_TAGS,
@@ -44,6 +45,7 @@ from scheduler.fold.verify import run as replay
 from scheduler.runtime.intake import read_dead_letters, send_events, send_intake
 from scheduler.runtime.service import FENCED_EXIT, WRITER
 from tests.kafkakit import kafka, settings
+from tests.waiting import wait_until
 
 __all__ = ["kafka", "settings"]
 
@@ -151,12 +153,27 @@ def intake_inputs(s: KafkaSettings) -> list[tuple[str, bytes]]:
     return [(e.type, bytes(e.payload)) for e in envs]
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+def wait_for(pred: Callable[[], object], timeout: float, what: str) -> None:
+    """tests.waiting.wait_until, polling every 0.2 s (each poll reads topics)."""
+    wait_until(pred, timeout, what, poll=0.2)
+
+
+def scheduler_group(s: KafkaSettings, domain: str = "default") -> tuple[str, int]:
+    """The state and the member count of the consumer group of ``domain``'s schedulers."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def go() -> tuple[str, int]:
+        security = resolve_security(s.security)
+        admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, **security.client_kwargs())
+        await start_client(admin, s.bootstrap, security)
+        try:
+            (response,) = await admin.describe_consumer_groups([s.transactional_id(domain)])
+        finally:
+            await admin.close()
+        (group,) = response.to_object()["groups"]
+        return group["state"], len(group["members"])
+
+    return run_sync(go())
 
 
 def caught_up(s: KafkaSettings) -> bool:
@@ -353,7 +370,7 @@ def _load(s: KafkaSettings, stop: threading.Event, sent: list[int]) -> None:
         send_events(s, "default", events)  # type: ignore[arg-type]
         sent.append(len(events))
         i += 6
-        time.sleep(0.08)
+        time.sleep(0.08)  # intentional: the load generator's pace
 
 
 def test_sigkill_at_random_moments_exactly_once(
@@ -372,7 +389,7 @@ def test_sigkill_at_random_moments_exactly_once(
         # Ten kills at least, and on until the loader has sent 1,000 events: on a loaded
         # machine its ~150 events/s can fall to 20-30, and ten kills end before that.
         while (kills < 10 or sum(sent) <= 1000) and kills < 40:
-            time.sleep(rng.uniform(0.5, 3.0))
+            time.sleep(rng.uniform(0.5, 3.0))  # intentional: a random moment to kill at
             svc.kill(signal.SIGKILL)
             svc.proc.wait(10)
             kills += 1
@@ -414,7 +431,8 @@ def owner_of_two(
     """Start two instances in one group; return (active, standby) as the ledger shows."""
     first = start(services, s, tmp_path)
     second = start(services, s, tmp_path)
-    time.sleep(2)  # both join; the group gives the domain to one of them
+    # Both join, and the group gives the domain to one of them.
+    wait_for(lambda: scheduler_group(s) == ("Stable", 2), 30, "a stable group of both instances")
     send_events(s, "default", [job("probe")])
     wait_for(lambda: caught_up(s) and bool(writers(s)), 30, "an owner")
     pid = writers(s)[-1][1]
@@ -463,7 +481,8 @@ def test_paused_zombie_is_fenced(
             wait_for(lambda: sum(sent) > 100, 10, "load")
         zombie.kill(signal.SIGSTOP)
         if paused == "idle":
-            time.sleep(2)  # longer than a fetch's wait: no records reach its socket
+            # intentional: paused longer than a fetch's wait, so no records reach its socket
+            time.sleep(2)
             loader.start()
         paused_at = time.monotonic()
         # The successor takes over (session timeout 1.5 s) and commits new transactions.
@@ -477,7 +496,8 @@ def test_paused_zombie_is_fenced(
         # Deterministic: whether its next batch or the group's revocation reaches it first,
         # the broker refuses its transactional id and it exits with the fenced status.
         assert zombie.proc.wait(30) == FENCED_EXIT
-        time.sleep(1)  # load continues across the zombie's exit and the group's rebalance
+        # intentional: load continues across the zombie's exit and the group's rebalance
+        time.sleep(1)
     finally:
         stop.set()
         if loader.is_alive():

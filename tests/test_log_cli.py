@@ -111,6 +111,8 @@ def test_tail(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_tail_follow(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def produce() -> None:
+        # intentional: the appends come a moment after `log tail -f` starts (its progress
+        # cannot be watched from here; its 1.5 s idle timeout leaves room)
         time.sleep(0.2)
         with FileLedger.open(ledger, segment_bytes=500) as w:
             for i in range(30, 40):

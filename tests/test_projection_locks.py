@@ -14,6 +14,7 @@ import pytest
 from events.codec import wrap
 from events.filelog import FileLedger
 from events.model import QueueConfigured
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +31,10 @@ HOLD = (
     "    except duckdb.IOException:\n"
     "        if time.monotonic() > deadline:\n"
     "            raise\n"
-    "        time.sleep(0.05)\n"
-    "print('held', flush=True); time.sleep(float(sys.argv[2])); con.close()\n"
+    "        time.sleep(0.05)  # intentional: the child's own retry until its deadline\n"
+    "print('held', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))  # intentional: the deliberate hold\n"
+    "con.close()\n"
 )
 
 
@@ -54,20 +57,23 @@ def test_follow_waits_for_a_reader_and_carries_on(tmp_path: Path) -> None:
     ledger, db = tmp_path / "ledger", tmp_path / "h.duckdb"
     _ledger(ledger, range(3))
     subprocess.run([GPULEDGER, "project", "--ledger", str(ledger), "--db", str(db)], check=True)
-    follow = subprocess.Popen(
-        [GPULEDGER, "project", "--follow", str(ledger), "--db", str(db), "--interval", "0.2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runs = tmp_path / "follow.out"  # a line per run of the follower
+    with open(runs, "w") as out:
+        follow = subprocess.Popen(
+            [GPULEDGER, "project", "--follow", str(ledger), "--db", str(db), "--interval", "0.2"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
-        time.sleep(1.0)
+        wait_until(lambda: runs.read_text().strip(), 30, "the follower's first run")
         reader = _hold(db, 2.0, read_only=True)  # a reader keeps the file open for 2 s
         _ledger(ledger, range(3, 5))
         reader.wait(timeout=30)
-        deadline = time.monotonic() + 20
         count = ""
-        while time.monotonic() < deadline:
+
+        def counted_five() -> bool:
+            nonlocal count
             done = subprocess.run(
                 [
                     GPULEDGER,
@@ -83,9 +89,15 @@ def test_follow_waits_for_a_reader_and_carries_on(tmp_path: Path) -> None:
                 check=False,
             )
             count = done.stdout.splitlines()[-1] if done.returncode == 0 else done.stderr
-            if count == "5":
-                break
-            time.sleep(0.3)
+            return count == "5"
+
+        wait_until(
+            counted_five,
+            20,
+            "the follower to project the two new queues",
+            poll=0.3,
+            detail=lambda: count,
+        )
         assert count == "5"
         assert follow.poll() is None, "the follower exited"
     finally:

@@ -223,7 +223,8 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed: scripts/install-chromium.sh")
+@pytest.mark.browser
+@pytest.mark.prereq(CHROMIUM, "no Chromium on this machine: `make browsers` installs it")
 def test_html_report_renders_in_headless_chromium(tmp_path: Path, demo_db: Path) -> None:
     page = tmp_path / "report.html"
     assert run_cli(["report", "--db", str(demo_db), "--format", "html", "-o", str(page)]) == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -30,17 +31,20 @@ from events.model import (
 from scheduler.fold.step import Refusal, Runtime, live_policy
 from scheduler.fold.verify import run as replay_run
 from scheduler.runtime.embedded import EmbeddedRunner
+from tests.waiting import wait_until
 
 
-def _run_until(runner: EmbeddedRunner, done: object, timeout: float = 10.0) -> None:
+def _run_until(
+    runner: EmbeddedRunner, done: Callable[[], object], what: str, timeout: float = 10.0
+) -> None:
     stop = threading.Event()
     t = threading.Thread(target=runner.run, args=(stop.is_set,), daemon=True)
     t.start()
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.05)
-    stop.set()
-    t.join(timeout=10)
+    try:
+        wait_until(done, timeout, what)
+    finally:
+        stop.set()
+        t.join(timeout=10)
 
 
 def test_the_embedded_loop_validates_and_dead_letters(tmp_path: Path) -> None:
@@ -68,7 +72,11 @@ def test_the_embedded_loop_validates_and_dead_letters(tmp_path: Path) -> None:
     src.close()
     runner = EmbeddedRunner(intake, ledger)
     dead_path = runner.dead_path
-    _run_until(runner, lambda: dead_path.exists() and len(dead_path.read_text().splitlines()) >= 6)
+    _run_until(
+        runner,
+        lambda: dead_path.exists() and len(dead_path.read_text().splitlines()) >= 6,
+        "six dead letters",
+    )
     runner.close()
     rows = [json.loads(line) for line in dead_path.read_text().splitlines()]
     reasons = {r["offset"]: (r["kind"], r["reason"]) for r in rows}

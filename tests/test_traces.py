@@ -40,9 +40,8 @@ DATA = Path(__file__).parent / "data" / "traces"
 ALIBABA = shared_alibaba_dir()
 PODS = ALIBABA / "openb_pod_list_default.csv"
 NODES = ALIBABA / "openb_node_list_gpu_node.csv"
-
-needs_alibaba = pytest.mark.skipif(
-    not ALIBABA.is_dir(), reason=f"the shared Alibaba trace is not present at {ALIBABA}"
+needs_alibaba = pytest.mark.prereq(
+    ALIBABA.is_dir(), f"the shared Alibaba trace is not present at {ALIBABA}"
 )
 
 
