@@ -31,19 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import packed
+from bench.policy import congested_inputs
 from events.codec import decode_event
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_event
 from replay.forecast import ARRIVALS, Moment, Recent, forecast, moment_of
 from replay.sim import Simulation
-from replay.traces import Mapping, import_nodes, import_trace, node_fraction, shared_alibaba_dir
 from scheduler.fold.outcomes import OutcomeFold
 
 HERE = Path(__file__).parent / "multitenant"
 WAITED_MS = 10 * 60_000
 """The targets hold for jobs that waited at least this long."""
-ALIBABA_FRACTION = 0.004
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,21 +178,11 @@ def _multitenant(every: int, limit: int) -> dict[str, Any]:
 
 
 def _congested(every: int, limit: int) -> dict[str, Any] | None:
-    where = shared_alibaba_dir()
-    if not where.is_dir():
-        print(f"(the Alibaba trace is not at {where}: congested run skipped)")
+    inputs = congested_inputs()
+    if inputs is None:
         return None
-    full = import_nodes(where / "openb_node_list_gpu_node.csv")
-    cluster = node_fraction(full, ALIBABA_FRACTION)
-    gpus = sum(g.count * g.gpus for g in cluster.nodes)
-    trace = import_trace(
-        "alibaba-openb",
-        where / "openb_pod_list_default.csv",
-        Mapping(quota_from="demand"),
-        None,
-        gpus,
-    )
-    return measure_run("congested", cluster, trace.queues(), trace.workload, every, limit)
+    cluster, queues, workload, _ = inputs
+    return measure_run("congested", cluster, queues, workload, every, limit)
 
 
 def cycle_cost(nodes: int = 1000, pods: int = 20_000, pending: int = 5_000) -> dict[str, Any]:

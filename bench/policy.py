@@ -118,12 +118,9 @@ ALIBABA_FRACTION = 0.004
 22 GPUs): thousands of the trace's jobs are then pending at the peak."""
 
 
-def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
-    """The Alibaba 2023 trace on ``ALIBABA_FRACTION`` of its nodes, each QoS class a
-    queue deserving its share of the trace's GPU demand (``quota_from: demand``): the
-    policies compared as on the multi-tenant workload (``compared``), then gpuledger
-    simulated alone (no conservation monitor) for the simulation's wall and CPU seconds
-    and ``replay --verify``'s records per second. None when the trace is not there."""
+def congested_inputs() -> tuple[ClusterFile, QueuesFile, WorkloadFile, int] | None:
+    """The congested run's cluster, queues and workload, and how many nodes the whole
+    trace has; None (said on stdout) when the shared trace is not there."""
     where = shared_alibaba_dir()
     if not where.is_dir():
         print(f"(the Alibaba trace is not at {where}: congested run skipped)")
@@ -138,20 +135,32 @@ def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
         None,
         gpus,
     )
-    figures = compared(out / "alibaba", policies, cluster, trace.queues(), trace.workload)
+    return cluster, trace.queues(), trace.workload, sum(g.count for g in full.nodes)
+
+
+def congested(out: Path, policies: Sequence[str]) -> dict[str, Any] | None:
+    """The Alibaba 2023 trace on ``ALIBABA_FRACTION`` of its nodes, each QoS class a
+    queue deserving its share of the trace's GPU demand (``quota_from: demand``): the
+    policies compared as on the multi-tenant workload (``compared``), then gpuledger
+    simulated alone (no conservation monitor) for the simulation's wall and CPU seconds
+    and ``replay --verify``'s records per second. None when the trace is not there."""
+    inputs = congested_inputs()
+    if inputs is None:
+        return None
+    cluster, queues, workload, all_nodes = inputs
+    gpus = sum(g.count * g.gpus for g in cluster.nodes)
+    figures = compared(out / "alibaba", policies, cluster, queues, workload)
     ledger = out / "alibaba-congested"
     shutil.rmtree(ledger, ignore_errors=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     with FileLedger.open(str(ledger)) as writer:
-        sim = Simulation(
-            cluster, trace.queues(), trace.workload, policy_event("gpuledger", None), writer
-        )
+        sim = Simulation(cluster, queues, workload, policy_event("gpuledger", None), writer)
         sim.run()
     sim_s, sim_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     nodes = sum(g.count for g in cluster.nodes)
     print(
-        f"congested: Alibaba 2023 on {nodes} of {sum(g.count for g in full.nodes):,} nodes "
-        f"({gpus} GPUs), {len(trace.workload.jobs):,} jobs, "
+        f"congested: Alibaba 2023 on {nodes} of {all_nodes:,} nodes "
+        f"({gpus} GPUs), {len(workload.jobs):,} jobs, "
         f"{figures.get('verify_records', 0):,} records in gpuledger's ledger"
     )
     return {**figures, "nodes": nodes, "gpus": gpus, "sim_s": sim_s, "sim_cpu_s": sim_cpu_s}
