@@ -67,11 +67,11 @@ def render(doc: str) -> str:
     for name, table in TABLES.items():
         data = json.loads((DATA / f"{name}.json").read_text())
         pattern = re.compile(
-            rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", flags=re.DOTALL
+            rf"(<!-- bench:{name} -->\n)(?:.*?\n)?(<!-- /bench:{name} -->)", flags=re.DOTALL
         )
         if not pattern.search(doc):
             raise SystemExit(f"{DOC}: no <!-- bench:{name} --> … <!-- /bench:{name} --> block")
-        doc = pattern.sub(lambda m: m.group(1) + table(data) + m.group(2), doc)
+        doc = pattern.sub(lambda m: m.group(1) + table(data) + "\n" + m.group(2), doc)
     return doc
 
 
