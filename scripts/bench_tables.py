@@ -71,7 +71,8 @@ def render(doc: str) -> str:
         )
         if not pattern.search(doc):
             raise SystemExit(f"{DOC}: no <!-- bench:{name} --> … <!-- /bench:{name} --> block")
-        doc = pattern.sub(lambda m: m.group(1) + table(data) + "\n" + m.group(2), doc)
+        rendered = table(data)
+        doc = pattern.sub(lambda m, text=rendered: m.group(1) + text + "\n" + m.group(2), doc)
     return doc
 
 
