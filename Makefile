@@ -77,6 +77,7 @@ bench: $(STAMP) kafka-up k8s-up
 	$(PY) scripts/bench_tables.py  # docs/operations.md's tables from the JSON just written
 	$(PY) -m bench.policy --json $(OUT)/bench-policy.json  # gpuledger vs easy, fifo, drf on a congested multi-tenant week
 	$(PY) -m bench.forecast --json $(OUT)/bench/forecast.json  # forecast accuracy on both bench.policy runs, and cost
+	cp $(OUT)/bench/forecast.json docs/bench/forecast.json && $(PY) scripts/bench_tables.py
 	$(PY) -m bench.soak  # the demo at 10x arrival rate for 6 h, then normal: latency and RSS per hour
 	$(PY) -m bench.soak --kafka  # 3.5 min on the broker: normal, 10x burst, normal; latency, lag, RSS
 

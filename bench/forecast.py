@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import packed
+from bench.measure import provenance
 from bench.policy import congested_inputs
 from events.codec import decode_event
 from events.memlog import MemoryLedger
@@ -257,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{cost['seconds']:.1f} s ({cost['cpu_seconds']:.1f} CPU-s; target <= 10 s)"
     )
     results["cost"] = cost
+    results["provenance"] = provenance()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -59,7 +59,47 @@ def core_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"core": core_table}
+def forecast_table(data: dict[str, Any]) -> str:
+    """``bench.forecast``'s accuracy per run, estimates and arrivals, then its cost."""
+    lines = [
+        "| run | estimates | arrivals | forecasts | waited ≥ 10 min | median abs. error | "
+        "median relative error (target) | within ±25 % | bias | start in range |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run, kinds in data.items():
+        if run in ("cost", "provenance"):
+            continue
+        for kind, f in kinds.items():
+            if not isinstance(f, dict):
+                continue
+            estimates, arrivals = kind.split(" / ")
+            target = 20 if estimates == "given" else 50
+            meets = "yes" if f["median_relative_error"] <= target / 100 else "**no**"
+            lines.append(
+                f"| {run} | {estimates} | {arrivals} | {f['forecasts']} | {f['waited_10min']} | "
+                f"{f['median_abs_error_min']:,.1f} min | {100 * f['median_relative_error']:.0f} % "
+                f"(≤ {target} %: {meets}) | {100 * f['within_25pct']:.0f} % | "
+                f"{f['bias_min']:+,.1f} min | {100 * f['range_holds']:.0f} % |"
+            )
+    cost = data.get("cost")
+    if cost:
+        lines += [
+            "",
+            f"Forecasting every pending job of `bench.core`'s cycle-1000 state "
+            f"({cost['pending']:,} jobs, {cost['started_within_horizon']:,} placed within 7 days) "
+            f"took {cost['seconds']:,.1f} s ({cost['cpu_seconds']:,.1f} CPU-s; target ≤ 10 s).",
+        ]
+    p = data.get("provenance") or {}
+    lines += [
+        "",
+        f"Measured by `python -m bench.forecast` on commit `{p.get('commit', '?')}`, "
+        f"{p.get('date', '?')}, on {p.get('machine', '?')} (load average {p.get('load', '?')} "
+        "at the end).",
+    ]
+    return "\n".join(lines)
+
+
+TABLES = {"core": core_table, "forecast": forecast_table}
 
 
 def render(doc: str) -> str:
