@@ -9,7 +9,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git clone -q . "$work/clone"
 cd "$work/clone"
-make demo PYTHON="${PYTHON:-python3.11}" >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+# Not as a sub-make of `make test`: its MAKEFLAGS and directory lines are not a newcomer's.
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory demo PYTHON="${PYTHON:-python3.11}" \
+  >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
 if grep -nEi "would be ignored|SetuptoolsDeprecationWarning|is absent from the .packages." "$work/demo.log"; then
   echo "demo-check: make demo printed packaging warnings (above)" >&2; exit 1
 fi
@@ -18,7 +20,7 @@ dev=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null \
 if [[ -n "$dev" ]]; then
   echo "demo-check: make demo installed development tools:" >&2; echo "$dev" >&2; exit 1
 fi
-next=$(sed -n '/^Next:/,$p' "$work/demo.log" | tail -n +2 | grep -v " serve " | sed 's/^ *//')
+next=$(sed -n '/^Next:/,$p' "$work/demo.log" | tail -n +2 | grep '^  ' | grep -v " serve " | sed 's/^ *//')
 [[ -n "$next" ]] || { echo "demo-check: no Next: commands" >&2; cat "$work/demo.log"; exit 1; }
 while IFS= read -r command; do
   bash -c "$command" >"$work/next.log" 2>&1 || { echo "demo-check: '$command' failed:" >&2; cat "$work/next.log" >&2; exit 1; }
