@@ -346,11 +346,13 @@ def _run(
     )
     jobs = sim.engine.state.jobs
     reasons: dict[str, str] = {}
+    noted = False
 
     def stop() -> bool:
-        if not reasons:
+        nonlocal noted
+        if not noted:  # called first right after the first cycle: the reasons then
+            noted = True
             reasons.update({j.job: j.reason for j in jobs.values() if j.status == PENDING})
-            reasons[""] = ""  # noted once: after the first cycle
         return targets is not None and all(t in sim.placed for t in targets)
 
     sim.carry_on(until, stop)

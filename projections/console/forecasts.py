@@ -57,9 +57,13 @@ class Forecasts:
                     return result
             # A moment in time takes in records appended later with an earlier stamp (a
             # ledger that has not reached it yet): its key holds the end offset too.
-            key = ("end", end_offset) if bound is None else (*bound, end_offset)
-            if bound is not None and bound[0] == "offset":
+            key: tuple[Any, ...]
+            if bound is None:
+                key = ("end", end_offset)
+            elif bound[0] == "offset":
                 key = ("offset", min(bound[1], end_offset))
+            else:
+                key = ("time", bound[1], end_offset)
             found = self._results.get(key)
             if found is None:
                 moment = self._moment(bound, end_offset)
