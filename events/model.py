@@ -12,7 +12,11 @@ quarter of one device), CPU in millicores, memory in MiB.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+from events.knobs import Knob, knob_table
 
 MILLI = 1000
 """One whole GPU in milli-GPUs."""
@@ -202,28 +206,56 @@ class Tick(Event, frozen=True, tag="tick"):
 class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     """The scheduling policy in force from now on; recorded so a replay uses the same one.
 
-    ``policy`` is ``gpuledger`` (hierarchical gang policy) or ``fifo`` (a model of the
-    default kube-scheduler: no queues, no gangs, no preemption). New knobs are added here
-    with defaults that keep older ledgers' behaviour.
+    ``policy`` is ``gpuledger`` (hierarchical gang policy), ``kai`` (the gang policy with
+    KAI-Scheduler's knobs), ``fifo`` (a model of the default kube-scheduler: no queues, no
+    gangs, no preemption), or one of the baselines ``drf`` and ``easy``.
+
+    Every other field but ``revision`` and ``requeue_lost`` is a policy knob, declared here
+    once: its default is the neutral one that keeps older ledgers' behaviour, and its
+    ``Knob`` (``events.knobs``) says how ``policy.yaml`` writes it, the value recommended
+    there, KAI-Scheduler's value under ``--policy kai`` and a line of doc. ``POLICY_KNOBS``
+    is the table of them; a new knob is a new field with a ``Knob`` and such a default.
     """
 
     policy: str = "gpuledger"
-    reclaim: bool = True
-    preempt: bool = True
+    reclaim: Annotated[bool, Knob("take back fair share / deserved quota across queues")] = True
+    preempt: Annotated[bool, Knob("strictly higher priority evicts within a queue")] = True
     revision: int = 1
     """The policy core's semantics revision that wrote the ledger (see docs/policy.md)."""
-    backfill: bool = False
-    consolidation: bool = False
-    stale_gang_eviction: bool = False
-    stale_gang_grace_ms: int = 60_000
-    placement: str = "binpack"
-    half_life_ms: int = 0
+    backfill: Annotated[
+        bool, Knob("reservations for blocked heads; smaller jobs use the gap", recommended=True)
+    ] = False
+    consolidation: Annotated[
+        bool,
+        Knob("move preemptible jobs to defragment when every moved job is re-placed", kai=True),
+    ] = False
+    stale_gang_eviction: Annotated[
+        bool, Knob("evict a running gang that fell below its minimum", recommended=True)
+    ] = False
+    stale_gang_grace_ms: Annotated[
+        int, Knob("how long a gang may stay below its minimum before it is evicted", unit="ms")
+    ] = 60_000
+    placement: Annotated[
+        str, Knob("binpack or spread; queues and jobs may override", choices=("binpack", "spread"))
+    ] = "binpack"
+    half_life_ms: Annotated[
+        int, Knob("time-based fair share: usage half-life; 0 = off", unit="ms")
+    ] = 0
     """Time-based fair share: usage decays with this half-life; 0 turns it off."""
-    k_value_milli: int = 1000
+    k_value_milli: Annotated[
+        int, Knob("how strongly past usage moves over-quota shares", unit="milli")
+    ] = 1000
     """How strongly past usage moves over-quota shares (KAI's kValue), times 1000."""
-    bind_backoff_ms: int = 0
+    bind_backoff_ms: Annotated[
+        int,
+        Knob(
+            "back-off after a failed bind, doubled per failure; 0 = off", unit="ms", recommended=10
+        ),
+    ] = 0
     """Base back-off after a BindFailed, doubled per failure; 0 turns it off."""
-    bind_backoff_max_ms: int = 600_000
+    bind_backoff_max_ms: Annotated[
+        int, Knob("the longest the bind back-off grows to", unit="ms")
+    ] = 600_000
     requeue_lost: bool = True
     """What a job whose pods are lost with their node becomes. True: it goes back to pending
     whole and is placed again (the simulator's model of a controller re-running it). False
@@ -231,37 +263,101 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     are released, a gang left below its minimum is ended with ``JobTerminated`` and its
     surviving pods evicted, and a preempted job ends instead of waiting again (its evicted
     pods are gone; a controller re-creating them makes a new submission)."""
-    lost_work_ratio_milli: int = 0
+    lost_work_ratio_milli: Annotated[
+        int,
+        Knob(
+            "backfill / over-quota reclaim may lose at most this x the GPU time the preemptor "
+            "waited; 0 = no bound (docs/policy.md §5)",
+            unit="milli",
+            recommended=0.1,
+            kai=0,
+        ),
+    ] = 0
     """Preemption that pays for itself: the victims a job evicts by ``reclaim`` or
     ``backfill`` may lose, together, at most this ratio (x1000) of the GPU time the job has
     waited (its GPUs x the time since it was submitted). 0: no bound."""
-    backfill_give_way_ms: int = -1
+    backfill_give_way_ms: Annotated[
+        int,
+        Knob(
+            "a job backfilled under a reservation gives way only younger than this (per GPU, "
+            "since start or checkpoint); older ones are waited for; null = no bound "
+            "(docs/policy.md §6)",
+            unit="ms",
+            recommended=1800,
+            null=-1,
+        ),
+    ] = -1
     """A job backfilled under a reservation gives way to it only while the work it would
     lose is younger than this (its lost GPU-ms per GPU it holds: the time since it started,
     or since its last checkpoint); an older one is waited for, and no more jobs are
     backfilled onto the reservation's nodes meanwhile (``Reservation.draining``). -1: no
     such bound (revision 12 and earlier)."""
-    reclaim_hysteresis_ms: int = 0
+    reclaim_hysteresis_ms: Annotated[
+        int,
+        Knob(
+            "a job that started by reclaiming is not reclaimed back for this long; 0 = off "
+            "(docs/policy.md §5)",
+            unit="ms",
+            recommended=3600,
+            kai=0,
+        ),
+    ] = 0
     """A job that started by reclaiming is not reclaimed itself for this long after it was
     placed, so two queues do not take the same GPUs back and forth. 0: no hysteresis."""
-    share_rounding: str = "milli"
+    share_rounding: Annotated[
+        str,
+        Knob(
+            "over-quota division: milli (exact) or whole (KAI-Scheduler's whole units; "
+            "docs/policy.md §1)",
+            kai="whole",
+            choices=("milli", "whole"),
+        ),
+    ] = "milli"
     """How fair share divides what is over quota (docs/policy.md §1). ``milli``: exact
     water-filling in milli-units. ``whole``: KAI-Scheduler's division, each queue's portion
     floored to whole units (1 GPU, 1 milli-CPU, 1 MiB) and the units left over given by
     largest fraction, then the order the queues were configured in, then name."""
-    victim_order: str = "gpuledger"
+    victim_order: Annotated[
+        str,
+        Knob(
+            "gpuledger (fewest victims losing the least work) or kai (lower-priority queues, "
+            "then lower-priority and newer jobs first; docs/policy.md §5)",
+            kai="kai",
+            choices=("gpuledger", "kai"),
+        ),
+    ] = "gpuledger"
     """The order victims are taken in (docs/policy.md §5). ``gpuledger``: least lost work
     first, and a set of victims is replaced by a single one that alone makes room losing
     no more work. ``kai``: KAI-Scheduler's, lower-priority queues first, then lower-priority
     and newer jobs, taken as they come."""
-    reservations: bool = True
+    reservations: Annotated[
+        bool,
+        Knob(
+            "with backfill, a blocked head reserves its nodes; false: KAI-Scheduler's, nothing "
+            "held (docs/policy.md §6)",
+            kai=False,
+        ),
+    ] = True
     """With ``backfill``: a queue's head that cannot start reserves the nodes it will get
     (EASY backfill). False: KAI-Scheduler's, nothing is held for it, and every later job
     that fits starts (docs/policy.md §6)."""
-    queue_order: str = "gpuledger"
+    queue_order: Annotated[
+        str,
+        Knob(
+            "gpuledger (leaf queues ranked on their own) or kai (level by level by the share "
+            "after the head job; docs/policy.md §2)",
+            kai="kai",
+            choices=("gpuledger", "kai"),
+        ),
+    ] = "gpuledger"
     """The order queues are served in (docs/policy.md §2). ``gpuledger``: leaf queues ranked
     on their own. ``kai``: KAI-Scheduler's, level by level down the tree, each queue ranked
     by the share it would have after taking its best head job."""
+
+
+POLICY_KNOBS: tuple[Knob, ...] = knob_table(PolicyConfigured)
+"""The policy knobs of ``PolicyConfigured``, in field order: the one table ``policy.yaml``,
+its conversion to the event and ``--policy kai`` are derived from."""
 
 
 # --------------------------------------------------------------------------- decisions
@@ -517,6 +613,7 @@ __all__ = [
     "EVENT_TYPES",
     "MAX_NODE_GPUS",
     "MILLI",
+    "POLICY_KNOBS",
     "TAGS",
     "AnyEvent",
     "BindFailed",
