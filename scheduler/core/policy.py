@@ -27,7 +27,13 @@ from __future__ import annotations
 
 import msgspec
 
-from events.model import CycleCompleted, Event, JobTerminated, PolicyConfigured
+from events.model import (
+    POLICY_KNOBS,
+    CycleCompleted,
+    Event,
+    JobTerminated,
+    PolicyConfigured,
+)
 from scheduler.core import baselines
 from scheduler.core.allocate import allocate
 from scheduler.core.apply import apply
@@ -40,18 +46,11 @@ from scheduler.core.state import ACTIVE, State
 REVISION = 15
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
-KAI_KNOBS: dict[str, object] = {
-    "share_rounding": "whole",
-    "lost_work_ratio_milli": 0,
-    "reclaim_hysteresis_ms": 0,
-    "victim_order": "kai",
-    "queue_order": "kai",
-    "reservations": False,
-    "consolidation": True,
-}
-"""The knobs of ``policy_configured`` that policy ``kai`` sets: KAI-Scheduler's choices
-where gpuledger deliberately differs (docs/policy.md, "Where gpuledger differs from
-KAI-Scheduler"). Consolidation stays off where pods cannot be moved (live ledgers)."""
+KAI_KNOBS: dict[str, object] = {k.field: k.kai_event for k in POLICY_KNOBS if k.set_by_kai}
+"""The knobs of ``policy_configured`` that policy ``kai`` sets, in the ledger's units: each
+knob's ``kai`` value (``events.knobs.Knob``), KAI-Scheduler's choice where gpuledger
+deliberately differs (docs/policy.md, "Where gpuledger differs from KAI-Scheduler").
+Consolidation stays off where pods cannot be moved (live ledgers)."""
 
 
 def kai_knobs(config: PolicyConfigured) -> PolicyConfigured:
