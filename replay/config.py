@@ -14,13 +14,15 @@ import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 
 import msgspec
 
+from events.knobs import Knob
 from events.model import (
     MAX_NODE_GPUS,
     MILLI,
+    POLICY_KNOBS,
     JobSubmitted,
     NodeRegistered,
     PolicyConfigured,
@@ -262,87 +264,57 @@ class WorkloadFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     generators: list[Generator] = []
 
 
-class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """``policy.yaml``: the policy's knobs, recorded in the ledger as ``policy_configured``.
+def _file_type(knob: Knob) -> Any:
+    """A knob's type in ``policy.yaml``: seconds or a ratio checked exact in the ledger's
+    unit, ``null`` where the knob has one, its line of doc as the schema's description."""
+    kind: Any = {"ms": Seconds, "milli": Milli}.get(knob.unit, knob.kind)
+    if kind is int:
+        kind = Int64
+    if knob.null is not None:
+        kind = kind | None
+    return Annotated[kind, msgspec.Meta(description=knob.doc)]
 
-    Defaults here are the recommended configuration; an event's own defaults are the
-    neutral ones that keep older ledgers' behaviour.
-    """
 
-    reclaim: bool = True
-    preempt: bool = True
-    backfill: bool = True
-    consolidation: bool = False
-    stale_gang_eviction: bool = True
-    stale_gang_grace_s: Seconds = 60
-    placement: str = "binpack"
-    half_life_s: Seconds = 0
-    """Time-based fair share half-life; 0 turns it off."""
-    k_value: Milli = 1.0
-    bind_backoff_s: Seconds = 10
-    bind_backoff_max_s: Seconds = 600
-    lost_work_ratio: Milli = 0.1
-    """Backfill evictions, and reclaim by a queue going beyond its deserved quota, may lose
-    at most this ratio of the GPU time the preemptor has waited; 0: no bound
-    (docs/policy.md §5)."""
-    backfill_give_way_s: Seconds | None = 1800
-    """A job backfilled under a reservation gives way to it only while it has run (since
-    its last checkpoint) less than this; an older one is waited for and no more jobs are
-    backfilled there meanwhile. null: no bound (core revision 12). docs/policy.md §6."""
-    reclaim_hysteresis_s: Seconds = 3600
-    """A job that started by reclaiming is not reclaimed back for this long; 0: off."""
-    share_rounding: str = "milli"
-    """``milli`` (exact water-filling) or ``whole`` (KAI-Scheduler's whole-unit division)
-    of what is over quota (docs/policy.md §1)."""
-    victim_order: str = "gpuledger"
-    """``gpuledger`` (fewest victims losing the least work) or ``kai`` (KAI-Scheduler's:
-    lower-priority queues first, then lower-priority and newer jobs; docs/policy.md §5)."""
-    reservations: bool = True
-    """With backfill, a blocked head reserves the nodes it will get; false: nothing is held
-    for it (KAI-Scheduler's; docs/policy.md §6)."""
-    queue_order: str = "gpuledger"
-    """``gpuledger`` (leaf queues ranked on their own) or ``kai`` (KAI-Scheduler's, level
-    by level by the share after the head job; docs/policy.md §2)."""
+_POLICY_FILE_DOC = """``policy.yaml``: the policy's knobs, recorded as ``policy_configured``.
+
+A field per knob of ``events.model.POLICY_KNOBS``, named and in the unit ``policy.yaml``
+writes it (seconds, ratios). Defaults here are the recommended configuration; an event's
+own defaults are the neutral ones that keep older ledgers' behaviour."""
+
+if TYPE_CHECKING:
+
+    class PolicyFile(msgspec.Struct, frozen=True):
+        """The type checker's view of the class built below: each knob by its file name."""
+
+        def __init__(self, **knobs: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    PolicyFile = msgspec.defstruct(
+        "PolicyFile",
+        [(k.file_name, _file_type(k), k.file_default) for k in POLICY_KNOBS],
+        module=__name__,
+        namespace={"__doc__": _POLICY_FILE_DOC},
+        forbid_unknown_fields=True,
+        frozen=True,
+    )
 
 
 def policy_event(name: str, knobs: PolicyFile | None = None) -> PolicyConfigured:
-    """The ``policy_configured`` event for a policy name and its knobs. ``kai`` is the gang
-    policy with KAI-Scheduler's knobs (``scheduler.core.policy.KAI_KNOBS``) in force,
-    whatever the file says of them."""
+    """The ``policy_configured`` event for a policy name and its knobs, each converted to
+    the ledger's unit (``events.knobs.Knob.to_event``). ``kai`` is the gang policy with
+    KAI-Scheduler's knobs (``scheduler.core.policy.KAI_KNOBS``) in force, whatever the
+    file says of them."""
     k = knobs or PolicyFile()
-    if k.placement not in ("binpack", "spread"):
-        raise ConfigError(f"policy: placement must be binpack or spread, not {k.placement!r}")
-    if k.share_rounding not in ("milli", "whole"):
-        raise ConfigError(
-            f"policy: share_rounding must be milli or whole, not {k.share_rounding!r}"
-        )
-    for knob in ("victim_order", "queue_order"):
-        if getattr(k, knob) not in ("gpuledger", "kai"):
-            raise ConfigError(f"policy: {knob} must be gpuledger or kai, not {getattr(k, knob)!r}")
-    event = PolicyConfigured(
-        policy=name,
-        reclaim=k.reclaim,
-        preempt=k.preempt,
-        revision=REVISION,
-        backfill=k.backfill,
-        consolidation=k.consolidation,
-        stale_gang_eviction=k.stale_gang_eviction,
-        stale_gang_grace_ms=round(k.stale_gang_grace_s * 1000),
-        placement=k.placement,
-        half_life_ms=round(k.half_life_s * 1000),
-        k_value_milli=round(k.k_value * 1000),
-        bind_backoff_ms=round(k.bind_backoff_s * 1000),
-        bind_backoff_max_ms=round(k.bind_backoff_max_s * 1000),
-        lost_work_ratio_milli=round(k.lost_work_ratio * 1000),
-        backfill_give_way_ms=(
-            -1 if k.backfill_give_way_s is None else round(k.backfill_give_way_s * 1000)
-        ),
-        reclaim_hysteresis_ms=round(k.reclaim_hysteresis_s * 1000),
-        share_rounding=k.share_rounding,
-        victim_order=k.victim_order,
-        queue_order=k.queue_order,
-        reservations=k.reservations,
-    )
+    fields: dict[str, Any] = {}
+    for knob in POLICY_KNOBS:
+        value = getattr(k, knob.file_name)
+        if knob.choices and value not in knob.choices:
+            raise ConfigError(
+                f"policy: {knob.file_name} must be {' or '.join(knob.choices)}, not {value!r}"
+            )
+        fields[knob.field] = knob.to_event(value)
+    event = PolicyConfigured(policy=name, revision=REVISION, **fields)
     return kai_knobs(event) if name == "kai" else event
 
 
