@@ -15,7 +15,7 @@ import msgspec
 from events.ledgertime import format_at, is_wall_clock
 from events.model import TAGS, AnyEvent, Event, event_key, tag_of
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class Envelope(msgspec.Struct, frozen=True):

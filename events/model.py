@@ -353,6 +353,19 @@ class PolicyConfigured(Event, frozen=True, tag="policy_configured"):
     """The order queues are served in (docs/policy.md §2). ``gpuledger``: leaf queues ranked
     on their own. ``kai``: KAI-Scheduler's, level by level down the tree, each queue ranked
     by the share it would have after taking its best head job."""
+    victim_search_backoff_ms: Annotated[
+        int,
+        Knob(
+            "a head that would reclaim beyond its deserved quota searches for victims once "
+            "per this period; 0 = in every cycle (docs/policy.md §5)",
+            unit="ms",
+            recommended=30,
+        ),
+    ] = 0
+    """A queue's head that would reclaim beyond its deserved quota (a search its lost-work
+    budget bounds) searches for victims once per this period of ledger time
+    (``victims.backing_off``); reclaim within deserved quota, preemption by priority and
+    a reservation's start search in every cycle. 0: every search in every cycle."""
 
 
 POLICY_KNOBS: tuple[Knob, ...] = knob_table(PolicyConfigured)

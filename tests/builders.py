@@ -14,6 +14,7 @@ from events.model import (
     QueueConfigured,
     Resources,
 )
+from events.port import LedgerWriter
 from scheduler.fold.step import Runtime
 from scheduler.runtime.engine import Engine
 
@@ -117,9 +118,17 @@ def job(
 class World:
     """An engine with a clock; ``at(t, *events)`` runs one cycle and returns its decisions."""
 
-    def __init__(self, *setup: Event, policy: str = "gpuledger", **knobs: object) -> None:
+    def __init__(
+        self,
+        *setup: Event,
+        policy: str = "gpuledger",
+        writer: LedgerWriter | None = None,
+        **knobs: object,
+    ) -> None:
+        """The setup applied at time 0 under ``policy`` with ``knobs``; every record is
+        appended to ``writer`` when given."""
         # The core's own reaction to every input is under test: intake validation is off.
-        self.engine = Engine(runtime=Runtime(validating=False))
+        self.engine = Engine(writer, runtime=Runtime(validating=False))
         config = PolicyConfigured(policy=policy, **knobs)  # type: ignore[arg-type]
         self.engine.step([(config, 0), *((e, 0) for e in setup)], 0)
 

@@ -52,6 +52,8 @@ def borrowed_cluster(draw: st.DrawFn) -> dict[str, Any]:
             "lost_work_ratio_milli": draw(st.sampled_from([0, 100, 1000])),
             "backfill": draw(st.booleans()),
             "reclaim_hysteresis_ms": draw(st.sampled_from([0, 600_000])),
+            # reclaim within deserved quota never backs off, whatever the period
+            "victim_search_backoff_ms": draw(st.sampled_from([0, 30_000, 3_600_000])),
         },
     }
 

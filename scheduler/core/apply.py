@@ -242,12 +242,14 @@ def _on_policy_configured(state: State, event: PolicyConfigured, _at: int) -> No
     state.dirty = True
 
 
-def _on_cycle_completed(state: State, _event: CycleCompleted, _at: int) -> None:
+def _on_cycle_completed(state: State, _event: CycleCompleted, at: int) -> None:
     # The cycle this record closes took the fresh jobs in and left nothing to do.
     # ``cycle`` relies on this as much as a fold that applies recorded decisions
     # instead of re-running cycles (``state --at``, the projector's share fold),
     # which would otherwise hold every job id ever submitted in ``fresh``.
     state.fresh.clear()
+    if state.dirty:
+        state.policy_ran_at = at
     state.dirty = False
 
 

@@ -353,6 +353,11 @@ class State:
     were lost), with why, in the order they broke; the next cycle ends each one."""
     dirty: bool = True
     """Something changed that could let a pending job start; a clean cycle is a no-op."""
+    policy_ran_at: int = -1
+    """Ledger time of the last cycle that ran with fresh inputs (its ``CycleCompleted``
+    found the state dirty; -1: none yet). The victim-search back-off counts its periods
+    from it (``victims.backing_off``); folded from the ledger, so a replay or a restored
+    snapshot knows it as the scheduler that wrote the ledger did."""
     reserved: dict[str, int] = field(default_factory=dict)
     """Nodes held by the reservations of the last cycle that ran a policy, with when each
     is expected to start (``running.NEVER``: when running jobs end). Derived by the cycle,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -151,6 +152,27 @@ def lost_work_budget(state: State, job: Job) -> int:
         return NEVER
     waited = max(0, state.now - job.submitted_at)
     return waited * job.request[0] // 1000 * ratio // 1000
+
+
+def backing_off(state: State, job: Job) -> bool:
+    """Whether ``job``'s search for victims to reclaim beyond its deserved quota (bounded
+    by its lost-work budget) waits for the next period of ``victim_search_backoff_ms``
+    (0: never waits).
+
+    The job searches in the first cycle with fresh inputs after it was submitted, then in
+    the first such cycle of each period of ledger time (``State.policy_ran_at`` is the
+    last one before this cycle). Each job's periods are shifted by a hash of its id, so
+    heads waiting side by side search in different cycles. Between searches the answer
+    changes only as slowly as its budget grows with its wait, and a starved head would
+    otherwise read every candidate victim again in every cycle. Reclaim within deserved
+    quota, preemption by priority and a reservation's start (the jobs backfilled under it
+    give way) never wait."""
+    period = state.config.victim_search_backoff_ms
+    last = state.policy_ran_at
+    if period <= 0 or last < job.submitted_at:
+        return False
+    phase = zlib.crc32(job.job.encode()) % period
+    return (state.now - phase) // period == (last - phase) // period
 
 
 def budgeted(s: Session, queue: Queue, job: Job, rule: str) -> bool:
@@ -873,6 +895,8 @@ def make_room(
         if not rule.enabled(state.config) or (any(must_free) and rule.name != "preempt"):
             continue
         budget = lost_work_budget(state, job) if budgeted(s, queue, job, rule.name) else NEVER
+        if rule.name == "reclaim" and budget < NEVER and backing_off(state, job):
+            continue
         found = rule.candidates(s, queue, job)
         kept = _try_rule(room, found.victims, budget)
         if kept is None and found.take is not None and found.take.partial:
