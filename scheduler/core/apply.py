@@ -258,7 +258,8 @@ def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
         return  # idempotent by job id: a re-delivered submission changes nothing
     if len({p.name for p in event.pods}) != len(event.pods):
         # Pods are keyed by name, so such a gang could never be placed whole: the cycle
-        # would place it again and again, forever. Intake refuses it (found by testing).
+        # would place it again and again, forever. Intake refuses it ("duplicate pod
+        # names", scheduler/fold/validate.py); the fold ignores one that gets this far.
         return
     priority = priority_of(event.priority_class)
     preemptible = (
@@ -429,7 +430,7 @@ def _retire(state: State, job: Job) -> None:
     unschedulable under another policy keeps its half placement), no entry in the stale
     list or its queue's active jobs, and no key in a pending order (under fifo a
     half-placed gang whose placed pods all finished ends while still pending, and fifo
-    keeps offering it pods). Such a job stays in ``jobs`` as before.
+    keeps offering it pods). Such a job stays whole in ``jobs`` until nothing refers to it.
     """
     if len(job.finished) != len(job.placements) or job.job in state.stale:
         return

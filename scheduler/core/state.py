@@ -283,7 +283,7 @@ class State:
     attempt), in the order they ended. A job moves here from ``jobs`` when it reaches a
     terminal status holding nothing, so a long run keeps ~100 bytes per ended job instead of
     the whole job; the id keeps a re-submission refused (intake) and ignored (``apply``),
-    and late events about it are recognised and ignored as before."""
+    and late events about it are recognised and ignored."""
     seq: int = 0
     pending: list[tuple[int, int, str]] = field(default_factory=list)
     """Every pending job, in any queue or none, as sorted (-priority, seq, job id)."""

@@ -16,10 +16,10 @@ service replays the whole ledger instead.
 On the snapshot topic a snapshot larger than one part (``split_snapshot``) is stored as
 several records written in one transaction: part ``i`` of ``n`` has the key
 ``<domain>/<i>`` and the headers ``snapshot-id`` and ``snapshot-part`` (``i/n``). Written
-whole, a snapshot of 20 MB held the writer's event loop for 0.2–0.4 s (the record batch is
+whole, a snapshot of 20 MB holds the writer's event loop for 0.2–0.4 s (the record batch is
 built, copied and checksummed in one piece), and with it every decision in flight; a part
 at a time, the loop goes on between parts. A snapshot that fits in one part is one record
-keyed ``<domain>`` without those headers, as before. ``SnapshotAssembler`` picks the newest
+keyed ``<domain>`` without those headers. ``SnapshotAssembler`` picks the newest
 complete snapshot of a sequence of records read with ``read_committed``: the parts of one
 snapshot are committed together and follow each other, and on the compacted topic a newer
 snapshot supersedes its keys part by part, so what compaction leaves of an older snapshot
