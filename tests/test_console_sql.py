@@ -208,7 +208,9 @@ def test_runaway_query_is_interrupted_and_pages_keep_answering(console: Console)
     status, body = result["answer"]
     assert status == 400 and "time limit" in body["error"], body
     assert 2 <= result["seconds"] < 10
-    assert pages and max(pages) < 0.3, pages
+    # the pages were answered while the query ran, none waiting for it: on a loaded
+    # machine both slow down, so each page is judged against the query's own time
+    assert len(pages) >= 3 and max(pages) < result["seconds"] / 3, (pages, result["seconds"])
     assert console.sql("SELECT 42")[1]["rows"] == [[42]]
 
 
