@@ -132,8 +132,8 @@ class Binder:
         self.core = client.CoreV1Api(api)
         self.poster = Poster(api)
         self.post: Callable[[str, Any], None] = self.poster
-        """The per-pod calls (bindings, Scheduled Events): kept-alive connections, past the
-        generated layer and urllib3 (``scheduler.kube.client.Poster``)."""
+        """The per-pod calls (bindings, Scheduled Events): ``http.client`` on kept-alive
+        connections, past the generated layer and urllib3 (``scheduler.kube.client.Poster``)."""
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.feed = ledger if isinstance(ledger, LedgerFeed) else open_feed(ledger)
