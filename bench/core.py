@@ -13,9 +13,10 @@ as a yardstick measured in the same run:
 ``fill``        an empty 500-node cluster filled by 4,000 single-GPU jobs in one cycle
 ``reclaim``     one 250 x 8-GPU gang (2,000 GPUs) arriving on a full 1,000-node cluster
                 in a queue under its quota: the cycle that reclaims room for it
-``cycle-4000-aged``  as ``cycle-4000``, with the steady cycles an hour after the backlog
+``cycle-4000-aged``  as ``cycle-4000``, with 40 steady cycles an hour after the backlog
                 arrived: the victims have lost an hour of work and the heads have waited
-                an hour (their lost-work budgets grown), the congested steady state
+                an hour (their lost-work budgets grown), the congested steady state; the
+                40 cycles span more than one period of the victim-search back-off
 
 The running index the policy reads (``scheduler/core/running.py``) is built before the
 timed part, as a scheduler builds it once per process or restored snapshot (``apply``
@@ -175,7 +176,9 @@ def run_case(name: str, policy: str, scale: float) -> dict[str, Any]:
         case "reclaim":
             return case_reclaim(n(1000), n(250), policy)
         case "cycle-4000-aged":
-            return case_cycle(n(4000), n(140000), n(20000), policy, 10, age_ms=3_600_000)
+            # 40 cycles a second apart: more than one period of the victim-search back-off
+            # (30 s), so every starved head's search falls in the sample
+            return case_cycle(n(4000), n(140000), n(20000), policy, 40, age_ms=3_600_000)
     raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)}")
 
 
