@@ -7,6 +7,9 @@ Random clusters (2-5 nodes of 2, 4 or 8 GPUs), trees (the two queues at the top 
 department), borrowers' jobs of fractions, single and several GPUs (each on one node, with
 random checkpoint intervals and start times), the asking queue's jobs of whole nodes or
 gangs of whole-node pods, and the policy's lost-work budget, backfill and hysteresis knobs.
+
+Where a rule keeps the borrower's GPUs (here its queue's reclaim min-runtime), the asking
+queue's jobs that wait say which in their reason.
 """
 
 from __future__ import annotations
@@ -67,7 +70,12 @@ def _world(c: dict[str, Any]) -> tuple[World, list[str]]:
         setup.append(queue("dept", deserved=c["a_deserved"] + c["b_deserved"]))
     setup += [
         queue("A", parent=parent, deserved=c["a_deserved"]),
-        queue("B", parent=parent, deserved=c["b_deserved"]),
+        queue(
+            "B",
+            parent=parent,
+            deserved=c["b_deserved"],
+            reclaim_min_runtime_s=c.get("b_min_runtime_s", 0),
+        ),
     ]
     w = World(*setup, **c["knobs"])
     t = 0
@@ -92,3 +100,32 @@ def test_a_queue_below_its_quota_gets_whole_nodes_in_the_cycle_it_asks(c: dict[s
     reasons = {a: state.jobs[a].reason for a in not_started}
     assert not not_started, f"A's jobs still pending: {reasons}"
     assert w.gpus_of("A") == c["asked_nodes"] * c["gpus"]
+
+
+RULES = (
+    "within reclaim min-runtime",
+    "placed by reclaim within the hysteresis window",
+    "not where its pods fit (all or nothing across its pods)",
+    "not enough where the gang fits",
+)
+"""The rules a waiting head within its deserved quota may name (``blocked._KEPT_WORDS`` as
+a reservation's reason words them, ``blocked._kept`` as a capacity wait does)."""
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(borrowed_cluster(), st.sampled_from([3600, 7200, 6 * 3600]))
+def test_a_queue_below_its_quota_that_waits_is_told_the_rule(
+    c: dict[str, Any], min_runtime_s: int
+) -> None:
+    w, asked = _world({**c, "b_min_runtime_s": min_runtime_s})
+    state = w.state
+    waiting = [a for a in asked if state.jobs[a].status == PENDING]
+    if not waiting:
+        return
+    # the first waiting job is A's head: the one that made room, or says why it could not
+    # (without backfill the jobs behind it wait behind it for the cycle, untried)
+    head = state.jobs[waiting[0]]
+    assert any(rule in head.reason for rule in RULES), f"{head.job}: {head.reason}"
+    if len(waiting) == len(asked) and min_runtime_s >= 6 * 3600:
+        # every borrowed job started within the last 6 h: all of them were protected
+        assert "within reclaim min-runtime" in head.reason, head.reason

@@ -436,6 +436,7 @@ def _placed(s: Session, job: Job) -> None:
     s.skipping.clear()
     s.admissions.clear()
     s.headroom.clear()
+    s.kept_by = None
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
@@ -605,3 +606,4 @@ def _reopen(s: Session) -> None:
     s.skipping.clear()
     s.admissions.clear()
     s.headroom.clear()
+    s.kept_by = None

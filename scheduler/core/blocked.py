@@ -87,7 +87,7 @@ def blocked_reason(s: Session, queue: Queue, job: Job, reservation: Reservation 
     if share is not None:
         return share
     if reservation is not None:
-        return reservation_reason(s, job, reservation)
+        return _with_guarantee(s, queue, job, reservation_reason(s, job, reservation))
     text = capacity_text(required_pods, fitted)
     protections = _protections(s, queue, job)
     return Reason(text + (f"; cannot reclaim {protections}" if protections else ""), CAPACITY)
@@ -491,6 +491,62 @@ def _protections(s: Session, queue: Queue, job: Job) -> str:
     if more > 0:
         parts.append(f"{more} more queues")
     return ", ".join(parts)
+
+
+GUARANTEE = "; within its deserved quota it may reclaim only from queues above theirs"
+"""How the reason of a head within its deserved quota that still waits begins to say what
+keeps it from reclaiming (``_with_guarantee``)."""
+
+_KEPT_WORDS = {
+    "non-preemptible": "non-preemptible",
+    "within reclaim min-runtime": "within reclaim min-runtime",
+    "placed by reclaim within the hysteresis window": "placed by reclaim within the hysteresis "
+    "window",
+    "reclaimable, but not enough where the gang fits": "too few, or not where its pods fit "
+    "(all or nothing across its pods)",
+}
+"""``_kept``'s words, as a head within its deserved quota is told them, in this order."""
+
+
+def _with_guarantee(s: Session, queue: Queue, job: Job, reason: Reason) -> Reason:
+    """``reason`` for a head that waits although reclaim within its deserved quota is its
+    guarantee (docs/policy.md §5), with the rules that keep the GPUs of the queues above
+    their deserved quota from it; any other reason as it is. The rules are named without
+    figures, so the words change only when the rules do (a reason is recorded when its
+    words change)."""
+    state = s.state
+    if not state.config.reclaim or job.request[0] <= 0 or budgeted(s, queue, job, "reclaim"):
+        return reason
+    if s.kept_by is None:
+        s.kept_by = _kept_by(s)
+    text = reason.text
+    cut = text.find(GUARANTEE)  # the words of a kept promise carry the last cycle's
+    if cut >= 0:
+        text = text[:cut]
+    if s.kept_by:
+        rules = _joined([_KEPT_WORDS[k] for k in _KEPT_WORDS if k in s.kept_by])
+        text += f"{GUARANTEE}, whose GPUs are {rules}"
+    else:
+        text += f"{GUARANTEE}, and none holds GPUs above it"
+    return reason._replace(text=text)
+
+
+def _kept_by(s: Session) -> frozenset[str]:
+    """Why reclaim leaves each GPU-holding job of a queue above its deserved quota alone
+    (``_kept`` with no lost-work budget): the rules that apply to at least one."""
+    state = s.state
+    found: set[str] = set()
+    for other in state.leaf_queues():
+        if other.allocated[0] <= s.shares.deserved[other.name][0]:
+            continue
+        floor = min_runtime(state, other.name, "reclaim")
+        for job_id in other.active:
+            victim = state.jobs[job_id]
+            if any(slot.milli for p in victim.live() for slot in p.gpus):
+                found.add(_kept(state, victim, floor, NEVER))
+                if len(found) == len(_KEPT_WORDS):
+                    return frozenset(found)
+    return frozenset(found)
 
 
 def _kept(state: State, victim: Job, floor: int, budget: int) -> str:

@@ -97,3 +97,6 @@ class Session:
     headroom: dict[str, Headroom] = field(default_factory=dict)
     """Per queue, ``admission_headroom`` since the last placement or eviction: whether
     admission holds a job back, without wording why (``allocate._skip_known``)."""
+    kept_by: frozenset[str] | None = None
+    """The rules keeping the GPUs of the queues above their deserved quota from reclaim
+    (``blocked._kept_by``), since the last placement or eviction (None: to be worked out)."""
