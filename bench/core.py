@@ -12,7 +12,10 @@ as a yardstick measured in the same run:
                 process's peak RSS holding that state
 ``fill``        an empty 500-node cluster filled by 4,000 single-GPU jobs in one cycle
 ``reclaim``     one 250 x 8-GPU gang (2,000 GPUs) arriving on a full 1,000-node cluster
-                in a queue under its quota: the cycle that reclaims room for it
+                in a queue under its quota: the cycle that searches for room by reclaim.
+                On this layout the jobs the queues above their deserved quota may give
+                do not free 250 whole nodes (each node also holds jobs that stay), so the
+                gang reserves instead and says why; the figure is the search's cost
 ``cycle-4000-aged``  as ``cycle-4000``, with 40 steady cycles an hour after the backlog
                 arrived: the victims have lost an hour of work and the heads have waited
                 an hour (their lost-work budgets grown), the congested steady state; the
