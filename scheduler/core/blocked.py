@@ -15,6 +15,7 @@ estimate) names the job it waits for instead of a time in the past.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from events.model import MILLI, PodSpec
@@ -477,14 +478,9 @@ def _protections(s: Session, queue: Queue, job: Job) -> str:
         if kind == "within":
             parts.append(f"'{other.name}' (within its fair share)")
             continue
-        floor = min_runtime(state, other.name, "reclaim")
         why: dict[str, int] = {}
-        for job_id in other.active:
-            victim = state.jobs[job_id]
-            held = sum(slot.milli for p in victim.live() for slot in p.gpus)
-            if held:
-                key = _kept(state, victim, floor, budget)
-                why[key] = why.get(key, 0) + held
+        for key, held in _kept_held(state, other, budget):
+            why[key] = why.get(key, 0) + held
         detail = ", ".join(f"{gpus(v)} GPUs {k}" for k, v in why.items())
         parts.append(f"'{other.name}' ({detail})")
     more = len(holders) - _NAMED
@@ -539,14 +535,22 @@ def _kept_by(s: Session) -> frozenset[str]:
     for other in state.leaf_queues():
         if other.allocated[0] <= s.shares.deserved[other.name][0]:
             continue
-        floor = min_runtime(state, other.name, "reclaim")
-        for job_id in other.active:
-            victim = state.jobs[job_id]
-            if any(slot.milli for p in victim.live() for slot in p.gpus):
-                found.add(_kept(state, victim, floor, NEVER))
-                if len(found) == len(_KEPT_WORDS):
-                    return frozenset(found)
+        for key, _ in _kept_held(state, other, NEVER):
+            found.add(key)
+            if len(found) == len(_KEPT_WORDS):
+                return frozenset(found)
     return frozenset(found)
+
+
+def _kept_held(state: State, queue: Queue, budget: int) -> Iterator[tuple[str, int]]:
+    """For each GPU-holding active job of ``queue``: why reclaim leaves it alone
+    (``_kept``, against its queue's reclaim min-runtime) and the milli-GPUs it holds."""
+    floor = min_runtime(state, queue.name, "reclaim")
+    for job_id in queue.active:
+        victim = state.jobs[job_id]
+        held = sum(slot.milli for p in victim.live() for slot in p.gpus)
+        if held:
+            yield _kept(state, victim, floor, budget), held
 
 
 def _kept(state: State, victim: Job, floor: int, budget: int) -> str:
