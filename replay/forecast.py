@@ -381,7 +381,7 @@ def forecast(
     targets = None if jobs is None else set(jobs)
     again = _repeated(moment, until) if arrivals == "recent" else []
 
-    def run(which: int) -> tuple[dict[str, int], dict[str, str]]:
+    def inputs(which: int) -> tuple[dict[str, int], list[SimJob]]:
         runtimes = {j: (e.p50_ms, e.p90_ms)[which] or never for j, e in known.items()}
         new: list[SimJob] = []
         for when, original, event in again:
@@ -389,10 +389,17 @@ def forecast(
             guess = model.estimate(event.queue, len(event.pods), event.priority_class)
             runtime = stated if stated is not None else (guess.p50_ms, guess.p90_ms)[which]
             new.append(SimJob(when, event, runtime or never))
-        return _run(state, runtimes, moment, until, targets, new, coarse)
+        return runtimes, new
 
-    early, reasons = run(0)
-    late, _ = run(1)
+    (early_runtimes, early_arrivals), (late_runtimes, late_arrivals) = inputs(0), inputs(1)
+    early, reasons = _run(state, early_runtimes, moment, until, targets, early_arrivals, coarse)
+    # The policy is deterministic: where every estimate's median is its 90th percentile
+    # (all given), the later run would be the earlier one again.
+    late = (
+        early
+        if (late_runtimes, late_arrivals) == (early_runtimes, early_arrivals)
+        else _run(state, late_runtimes, moment, until, targets, late_arrivals, coarse)[0]
+    )
     out: list[Forecast] = []
     for queue in sorted(state.queues):
         for position, name in enumerate(_pending(state, queue), start=1):
