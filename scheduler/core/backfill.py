@@ -195,49 +195,28 @@ def reserve_sizes(
     pods land exactly where a gang of m would: a smaller gang fits at least as early and
     on those very nodes. The running jobs are released once, in the order
     ``reservation_for`` uses; at each release the smallest gangs not yet placed are tried
-    while they fit, from the point where the same cheap bounds ``reservation_for`` uses
-    would let them be tried. The results are what ``reservation_for`` gives each gang
-    (with no job backfilled under it).
+    while they fit, from the point where the same cheap bounds (``_Release``) let them be
+    tried. The results are what ``reservation_for`` gives each gang (with no job
+    backfilled under it).
     """
-    index = state.free_index()
-    free = state.free_schedulable()
-    bound = index.slots_at_most(size)
     counts = sorted(gangs)
     found: dict[tuple[object, ...], Reservation | None] = {
         ("size", size, count): None for count in counts
     }
     jobs = state.jobs
-    nodes = state.nodes
     waiting = 0  # counts[waiting] is the smallest gang not placed yet
-    # Released jobs are booked: their GPUs count as free per node (``extra``), as evicting
-    # them would free them. Before a placement is tried, the booked jobs with a pod on a
-    # node that could then hold a pod of ``size`` are evicted in the statement; on any
-    # other node no pod of the gang fits either way, so the rest stay booked.
-    booked: dict[str, tuple[Job, list[tuple[str, int]]]] = {}
-    extra: dict[str, int] = {}
-    with Statement(state.nodes, index=index) as stmt:
+    with Statement(state.nodes, index=state.free_index()) as stmt:
+        release = _Release(stmt, size, state.free_schedulable())
         for end, _, job_id in running.ordered(True):
             other = jobs[job_id]
             if other.status not in ACTIVE:
                 continue
-            given_on: list[tuple[str, int]] = []
-            for placement in other.live():
-                free += sum(slot.milli for slot in placement.gpus)
-                node = nodes.get(placement.node)
-                if node is not None:
-                    devices = len(node.free_devices)  # (``give_slots`` skips the others)
-                    given = sum(slot.milli for slot in placement.gpus if slot.device < devices)
-                    before = extra.get(node.name, 0)
-                    was = node.free_gpu_milli + before
-                    extra[node.name] = before + given
-                    bound += (was + given) // size - was // size
-                    given_on.append((node.name, given))
-            booked[job_id] = (other, given_on)
+            release.book(other)
             while waiting < len(counts):
                 count = counts[waiting]
-                if free < count * size or bound < count:
+                if not release.may_fit(count * size, count):
                     break
-                _evict_where_fits(stmt, size, booked, extra)
+                release.evict_booked()
                 point = stmt.checkpoint()
                 placed = stmt.place_gang(gangs[count])
                 if placed is None:
@@ -250,69 +229,84 @@ def reserve_sizes(
     return found
 
 
-def _evict_where_fits(
-    stmt: Statement,
-    size: int,
-    booked: dict[str, tuple[Job, list[tuple[str, int]]]],
-    extra: dict[str, int],
-) -> None:
-    """Evict the booked jobs with a pod on a node whose free GPUs, with what is booked
-    there, reach ``size`` (``reserve_sizes``)."""
-    nodes = stmt.nodes
-    fits = {name for name, more in extra.items() if nodes[name].free_gpu_milli + more >= size}
-    if not fits:
-        return
-    for job_id, (job, given_on) in list(booked.items()):
-        if not any(name in fits for name, _ in given_on):
-            continue
-        stmt.evict(job)
-        del booked[job_id]
-        for name, given in given_on:
-            left = extra.get(name, 0) - given
-            if left:
-                extra[name] = left
-            else:
-                extra.pop(name, None)
-
-
 @dataclass(slots=True)
 class _Release:
     """Running jobs released, soonest end first, in a statement until a gang fits.
 
     Cheap necessary conditions come first: GPUs free in total and, for a gang of one pod
-    size, how many such pods the nodes could hold. Released jobs are only booked per node
-    (``book``) until both say the gang could fit; then they are evicted in the statement
-    and a placement tried (``evict_booked``). Jobs in ``given_way`` count as free already.
+    size, how many such pods the nodes could hold (each node's free GPUs with what is
+    booked there, ignoring how they split across devices). Released jobs are only booked
+    per node (``book``) until both say the gang could fit; then the booked jobs with a
+    pod on a node whose GPUs, with what is booked there, could hold a pod of that size
+    are evicted in the statement (``evict_booked``) and a placement tried. On any other
+    node no pod of the gang fits either way, so its jobs stay booked; by the time a gang
+    fits, every released job on a node it could use has been evicted, however often a
+    placement was tried before. Without one pod size every booked job is evicted.
     """
 
     stmt: Statement
-    given_way: dict[str, None]
     pod_size: int
     free: int
     slots: int = 0
     extra: dict[str, int] = field(default_factory=dict)
-    booked: list[Job] = field(default_factory=list)
+    """Per node: milli-GPUs its booked jobs hold there (that ``give_slots`` gives back)."""
+    booked: dict[str, tuple[Job, list[tuple[str, int]]]] = field(default_factory=dict)
+    """Booked job -> (the job, its nodes with the milli-GPUs it holds on each)."""
+    on_node: dict[str, list[str]] = field(default_factory=dict)
+    """Per node: the jobs booked with a pod there (some may be evicted since)."""
 
-    def book(self, job: Job) -> None:
-        self.booked.append(job)
-        nodes = self.stmt.nodes
-        for placement in job.live():
-            milli = sum(slot.milli for slot in placement.gpus)
-            self.free += milli
-            if self.pod_size > 0:
-                base = nodes[placement.node].free_gpu_milli
-                before = self.extra.get(placement.node, 0)
-                self.extra[placement.node] = before + milli
-                size = self.pod_size
-                self.slots += (base + before + milli) // size - (base + before) // size
-
-    def evict_booked(self) -> None:
-        for booked_job in self.booked:
-            self.stmt.evict(booked_job)
-        self.booked = []
-        self.extra = {}
+    def __post_init__(self) -> None:
         if self.pod_size > 0 and self.stmt.index is not None:
             self.slots = self.stmt.index.slots_at_most(self.pod_size)
+
+    def book(self, job: Job) -> None:
+        nodes = self.stmt.nodes
+        size = self.pod_size
+        extra = self.extra
+        given_on: list[tuple[str, int]] = []
+        for placement in job.live():
+            self.free += sum(slot.milli for slot in placement.gpus)
+            if size <= 0:
+                continue
+            node = nodes.get(placement.node)
+            if node is None:
+                continue
+            devices = len(node.free_devices)  # (``give_slots`` skips the others)
+            given = sum(slot.milli for slot in placement.gpus if slot.device < devices)
+            name = node.name
+            given_on.append((name, given))
+            self.on_node.setdefault(name, []).append(job.job)
+            before = extra.get(name, 0)
+            was = node.free_gpu_milli + before
+            extra[name] = before + given
+            self.slots += (was + given) // size - was // size
+        self.booked[job.job] = (job, given_on)
+
+    def evict_booked(self) -> None:
+        size = self.pod_size
+        if size <= 0:
+            for job, _ in self.booked.values():
+                self.stmt.evict(job)
+            self.booked.clear()
+            self.on_node.clear()
+            return
+        nodes = self.stmt.nodes
+        extra = self.extra
+        booked = self.booked
+        fits = [name for name, more in extra.items() if nodes[name].free_gpu_milli + more >= size]
+        for name in fits:
+            for job_id in self.on_node.pop(name, ()):
+                entry = booked.pop(job_id, None)
+                if entry is None:
+                    continue  # evicted already, for a pod on another node
+                job, given_on = entry
+                self.stmt.evict(job)
+                for where, given in given_on:
+                    left = extra.get(where, 0) - given
+                    if left:
+                        extra[where] = left
+                    else:
+                        extra.pop(where, None)
 
     def may_fit(self, need: int, pods: int) -> bool:
         return self.free >= need and (self.pod_size <= 0 or self.slots >= pods)
@@ -347,9 +341,7 @@ def reservation_for(
             stmt.rollback(point)
         sizes = {p.gpu_milli for p in job.pods}
         pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
-        release = _Release(stmt, given_way, pod_size, free)
-        release.evict_booked()  # (none yet: sets the slot count from the index)
-        reservation = _first_fit(state, job, running, release)
+        reservation = _first_fit(state, job, running, _Release(stmt, pod_size, free), given_way)
     if reservation is not None and state.now < reservation.start < NEVER:
         # Due later: a cycle then. Due now (held by overrunning jobs): their ends are
         # events, so waking every cycle until then would only repeat this one.
@@ -358,17 +350,17 @@ def reservation_for(
 
 
 def _first_fit(
-    state: State, job: Job, running: RunningEnds, release: _Release
+    state: State, job: Job, running: RunningEnds, release: _Release, given_way: dict[str, None]
 ) -> Reservation | None:
     """Release the running jobs soonest end first until the gang places: the
-    reservation, or None if it never does."""
+    reservation, or None if it never does. Jobs in ``given_way`` count as free already."""
     need = job.request[0]
     pods = len(job.pods) if not job.min_members else job.min_members
     gpus_only = not any(p.cpu_milli or p.memory_mib for p in job.pods)
     jobs = state.jobs
     for end, _, job_id in running.ordered(gpus_only):
         other = jobs[job_id]
-        if other.status not in ACTIVE or job_id in release.given_way:
+        if other.status not in ACTIVE or job_id in given_way:
             continue  # evicted earlier in this cycle, or already counted as free
         release.book(other)
         if not release.may_fit(need, pods):
