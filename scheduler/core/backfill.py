@@ -11,7 +11,7 @@ end and takes no more (``Reservation.draining``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -206,7 +206,7 @@ def reserve_sizes(
     jobs = state.jobs
     waiting = 0  # counts[waiting] is the smallest gang not placed yet
     with Statement(state.nodes, index=state.free_index()) as stmt:
-        release = _Release(stmt, size, state.free_schedulable())
+        release = _Release(stmt, size, state.free_schedulable(), *_held(state))
         for end, _, job_id in running.ordered(True):
             other = jobs[job_id]
             if other.status not in ACTIVE:
@@ -229,6 +229,12 @@ def reserve_sizes(
     return found
 
 
+def _held(state: State) -> tuple[dict[str, tuple[tuple[str, int], ...]], dict[str, int]]:
+    """The running index's GPUs held per job, by node and in all."""
+    index = state.running_index()
+    return index.spots, index.held
+
+
 @dataclass(slots=True)
 class _Release:
     """Running jobs released, soonest end first, in a statement until a gang fits.
@@ -247,6 +253,9 @@ class _Release:
     stmt: Statement
     pod_size: int
     free: int
+    spots: dict[str, tuple[tuple[str, int], ...]]
+    held: dict[str, int]
+    """The running index's GPUs held per job, by node and in all (``RunningIndex``)."""
     slots: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """Per node: milli-GPUs its booked jobs hold there (that ``give_slots`` gives back)."""
@@ -260,27 +269,49 @@ class _Release:
             self.slots = self.stmt.index.slots_at_most(self.pod_size)
 
     def book(self, job: Job) -> None:
-        nodes = self.stmt.nodes
+        spots = self.spots.get(job.job)
+        if spots is not None and not job.finished and len(spots) == len(job.placements):
+            # Every pod holds GPUs: the running index has what each holds, where.
+            self.free += self.held[job.job]
+            given_on: Iterable[tuple[str, int]] = spots
+        else:
+            given_on = self._given_on(job)
         size = self.pod_size
+        if size <= 0:
+            self.booked[job.job] = (job, [])
+            return
+        nodes = self.stmt.nodes
         extra = self.extra
-        given_on: list[tuple[str, int]] = []
-        for placement in job.live():
-            self.free += sum(slot.milli for slot in placement.gpus)
-            if size <= 0:
-                continue
-            node = nodes.get(placement.node)
+        on_node = self.on_node
+        kept: list[tuple[str, int]] = []
+        for name, given in given_on:
+            node = nodes.get(name)
             if node is None:
                 continue
-            devices = len(node.free_devices)  # (``give_slots`` skips the others)
-            given = sum(slot.milli for slot in placement.gpus if slot.device < devices)
-            name = node.name
-            given_on.append((name, given))
-            self.on_node.setdefault(name, []).append(job.job)
+            kept.append((name, given))
+            on_node.setdefault(name, []).append(job.job)
             before = extra.get(name, 0)
             was = node.free_gpu_milli + before
             extra[name] = before + given
             self.slots += (was + given) // size - was // size
-        self.booked[job.job] = (job, given_on)
+        self.booked[job.job] = (job, kept)
+
+    def _given_on(self, job: Job) -> list[tuple[str, int]]:
+        """(node, milli-GPUs held there) of each live pod, GPUs or not, counting into
+        ``free`` what the job holds."""
+        nodes = self.stmt.nodes
+        given_on: list[tuple[str, int]] = []
+        for placement in job.live():
+            held = given = 0
+            node = nodes.get(placement.node)
+            devices = len(node.free_devices) if node is not None else 0
+            for slot in placement.gpus:
+                held += slot.milli
+                if slot.device < devices:  # (``give_slots`` skips the others)
+                    given += slot.milli
+            self.free += held
+            given_on.append((placement.node, given))
+        return given_on
 
     def evict_booked(self) -> None:
         size = self.pod_size
@@ -341,7 +372,9 @@ def reservation_for(
             stmt.rollback(point)
         sizes = {p.gpu_milli for p in job.pods}
         pod_size = next(iter(sizes)) if len(sizes) == 1 and not job.topology_key else 0
-        reservation = _first_fit(state, job, running, _Release(stmt, pod_size, free), given_way)
+        reservation = _first_fit(
+            state, job, running, _Release(stmt, pod_size, free, *_held(state)), given_way
+        )
     if reservation is not None and state.now < reservation.start < NEVER:
         # Due later: a cycle then. Due now (held by overrunning jobs): their ends are
         # events, so waking every cycle until then would only repeat this one.

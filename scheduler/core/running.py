@@ -270,8 +270,9 @@ class RunningIndex:
             end = NEVER if runtime is None else max(now, now + runtime - job.checkpointed_ms)
             starting.append((end, job.seq, job_id))
         starting.sort()
-        overrun = ((now, seq, job_id) for seq, job_id in self.overrun)
-        merged = heapq.merge(overrun, self.future, starting)
+        overrun = [(now, seq, job_id) for seq, job_id in self.overrun]
+        sources = [source for source in (overrun, self.future, starting) if source]
+        merged = heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
         if not gpus_only:
             return merged
         return (item for item in merged if jobs[item[2]].request[0])
