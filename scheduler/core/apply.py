@@ -227,6 +227,7 @@ def _on_queue_configured(state: State, event: QueueConfigured, _at: int) -> None
     state.running_cache = None  # which queues are leaves may have changed
     state.wanted_cache = None
     state.blocks_cache.clear()
+    state.uniform_cache = None
 
 
 def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
@@ -234,6 +235,7 @@ def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
     state.running_cache = None
     state.wanted_cache = None
     state.blocks_cache.clear()
+    state.uniform_cache = None
 
 
 def _on_policy_configured(state: State, event: PolicyConfigured, _at: int) -> None:

@@ -20,7 +20,17 @@ from scheduler.core.blocked import behind_reason, blocked_reason
 from scheduler.core.placement import Statement, gang_shape, job_shape, uniform_size
 from scheduler.core.reasons import note_reason
 from scheduler.core.running import NEVER
-from scheduler.core.state import ACTIVE, Job, PlannedMemo, Queue, Reservation, State, wake
+from scheduler.core.state import (
+    ACTIVE,
+    Job,
+    PlannedMemo,
+    Queue,
+    Reservation,
+    State,
+    UniformGangs,
+    in_sorted,
+    wake,
+)
 from scheduler.core.victims import Victims, backfilled_under
 
 if TYPE_CHECKING:
@@ -171,19 +181,58 @@ def _uniform_size(job: Job) -> int | None:
 
 
 def uniform_gangs(state: State, size: int) -> dict[int, Job]:
-    """A pending plain gang of ``size``-milli-GPU pods for each gang size waiting."""
-    found: dict[int, Job] = {}
+    """A pending plain gang of ``size``-milli-GPU pods (``JobShape.uniform``: all pods
+    alike and required, GPUs only), unplaced and in a leaf queue's pending order, for each
+    gang size waiting. Any one of a size serves: ``reserve_sizes`` places only its shape.
+
+    Read from ``State.uniform_cache``, which indexes the jobs added to a pending order
+    since it was last read and drops those that have left one, instead of walking every
+    pending job each time."""
     jobs = state.jobs
-    cache = state.shape_cache
-    for leaf in state.leaf_queues():
-        for _, _, job_id in leaf.pending:
-            job = jobs[job_id]
-            shape = cache.get(job_id)
-            if shape is None or shape.job is not job:
-                shape = job_shape(cache, job, exact_gangs=state.tuning.exact_gangs)
-            if shape.uniform == size and not job.placements and len(job.pods) not in found:
-                found[len(job.pods)] = job
+    index = _uniform_index(state)
+    found: dict[int, Job] = {}
+    by_count = index.by_size.get(size, {})
+    for count, ids in list(by_count.items()):
+        gone = []
+        for job_id in ids:
+            job = jobs.get(job_id)
+            if job is not None and not job.placements and _pending_in_leaf(state, job):
+                found[count] = job
+                break
+            gone.append(job_id)
+        for job_id in gone:
+            del ids[job_id]
+        if not ids:
+            del by_count[count]
     return found
+
+
+def _uniform_index(state: State) -> UniformGangs:
+    """``State.uniform_cache`` with the jobs added since it was last read indexed."""
+    jobs = state.jobs
+    index = state.uniform_cache
+    if index is None:
+        index = state.uniform_cache = UniformGangs()
+        added = [job_id for leaf in state.leaf_queues() for _, _, job_id in leaf.pending]
+    else:
+        added, index.added = index.added, []
+    cache = state.shape_cache
+    for job_id in added:
+        job = jobs.get(job_id)
+        if job is None or not _pending_in_leaf(state, job):
+            continue
+        shape = cache.get(job_id)
+        if shape is None or shape.job is not job:
+            shape = job_shape(cache, job, exact_gangs=state.tuning.exact_gangs)
+        if shape.uniform:
+            by_count = index.by_size.setdefault(shape.uniform, {})
+            by_count.setdefault(len(job.pods), {})[job_id] = None
+    return index
+
+
+def _pending_in_leaf(state: State, job: Job) -> bool:
+    queue = state.queues.get(job.queue)
+    return queue is not None and not queue.children and in_sorted(queue.pending, job.pending_key)
 
 
 def reserve_sizes(

@@ -253,6 +253,17 @@ class Reservation:
 
 
 @dataclass(slots=True)
+class UniformGangs:
+    """The pending plain gangs of one pod size, by pod size and gang size
+    (``backfill.uniform_gangs``): the ids indexed, in the order first seen, and those
+    added to a pending order since (``State.add_pending``), still to be indexed. Ids that
+    left a pending order or got placements are dropped when read."""
+
+    by_size: dict[int, dict[int, dict[str, None]]] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class PlannedMemo:
     """The reservations a cycle worked out (``Session.planned``, by shape or job), with
     what they rest on besides the allocations: see ``backfill.carried_plans``."""
@@ -322,6 +333,9 @@ class State:
     """Cache: counts the applied events that can change what a reservation is worked out
     from (every event ``apply`` folds but a new job's submission, a reason and a cycle's
     end; ``apply._QUIET``)."""
+    uniform_cache: UniformGangs | None = None
+    """Cache: the pending plain gangs by pod size and gang size (built on first use, kept
+    by ``add_pending`` and when read, dropped when the queue tree changes)."""
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""
@@ -401,6 +415,8 @@ class State:
                 blocks.added(queue.pending, key)
             if self.wanted_cache is not None:
                 _add_request(self.wanted_cache, queue.name, job.request, 1)
+            if self.uniform_cache is not None:
+                self.uniform_cache.added.append(job.job)
 
     def remove_pending(self, job: Job) -> None:
         """Take a job out of the pending orders, where it is there."""
@@ -438,8 +454,8 @@ class State:
         """Whether the job's key is in a pending order (its status may say otherwise)."""
         key = job.pending_key
         queue = self.queues.get(job.queue)
-        return _in_sorted(self.pending, key) or (
-            queue is not None and _in_sorted(queue.pending, key)
+        return in_sorted(self.pending, key) or (
+            queue is not None and in_sorted(queue.pending, key)
         )
 
     def free_index(self) -> FreeIndex:
@@ -551,7 +567,8 @@ class FreeIndex:
             yield from self.buckets[key]
 
 
-def _in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
+def in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
+    """Whether ``key`` is in a sorted list (a pending order)."""
     index = bisect_left(items, key)
     return index < len(items) and items[index] == key
 
