@@ -424,39 +424,19 @@ def _no_room_left(s: Session, queue: Queue) -> bool:
 
 def _placed(s: Session, job: Job) -> None:
     """Count the job's resources as placed this cycle up its queue's chain, and drop what the
-    placement made stale: the queue order and the reservations planned that it may move
-    (``_keep_plans_before``)."""
+    placement made stale: the queue order and the reservations planned."""
     held = held_resources(job)
     for q in s.state.ancestors(job.queue):
         row = s.shares.placed.setdefault(q.name, [0, 0, 0])
         for resource, amount in enumerate(held):
             row[resource] += amount
     s.moved = job.queue  # its order key changed (``_rerank``)
-    _keep_plans_before(s, job)
+    s.planned.clear()
     s.free_gpu = None
     s.skipping.clear()
     s.admissions.clear()
     s.headroom.clear()
     s.kept_by = None
-
-
-def _keep_plans_before(s: Session, job: Job) -> None:
-    """Of the reservations planned (``Session.planned``), keep those that start after the
-    job just placed is expected to end; drop the others.
-
-    A reservation's walk releases running jobs soonest end first, and its start is the
-    end of the job whose release let the gang fit. The placed job is released before that
-    one, so at the start the nodes are as they were and the gang lands on the same nodes;
-    at every release before it the placed job holds more than before, so the gang fits no
-    earlier. A gang that never fits still never does: every job is released in the end."""
-    entry = s.state.running_index().entries.get(job.job)
-    if entry is None or entry.end is None:
-        s.planned.clear()
-        return
-    end = max(entry.end[0], s.state.now)  # an overrun end is released as ``now``
-    for key, planned in list(s.planned.items()):
-        if planned is not None and planned.start <= end:
-            del s.planned[key]
 
 
 def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
@@ -618,7 +598,6 @@ def _reopen(s: Session) -> None:
     s.done.clear()
     s.blocked.clear()
     s.passed.clear()
-    s.planned.clear()  # victims freed capacity before their ends: a reservation may be sooner
     s.cursor.clear()
     s.misses.clear()
     s.reservations.clear()

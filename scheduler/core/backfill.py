@@ -108,7 +108,8 @@ def reserve(s: Session, queue: Queue, job: Job) -> None:
 
 def _planned(s: Session, job: Job) -> Reservation | None:
     """The job's reservation, reused from ``s.planned`` for a gang of a shape planned
-    already (plain gangs of one pod size are all planned in one walk)."""
+    already (plain gangs of one pod size are all planned in one walk), or for the job
+    itself with the same jobs backfilled under it."""
     state = s.state
     shape = _reservation_shape(job, s.victims)
     size = _uniform_size(job) if shape is not None else None
@@ -116,19 +117,17 @@ def _planned(s: Session, job: Job) -> Reservation | None:
         # One walk through the running jobs serves every gang of this pod size.
         s.planned.update(reserve_sizes(state, size, uniform_gangs(state, size), s.running))
     key = ("size", size, len(job.pods)) if size is not None else shape
-    if key is None and not s.victims.under_of(job.job):
-        key = ("job", job.job)  # its own reservation, kept for the next cycle
-    if key is None or key not in s.planned:
-        reservation = reservation_for(state, job, s.running, s.victims)
-        if key is not None:
-            s.planned[key] = reservation
+    if key is None:  # its own reservation, kept for the next cycle
+        key = ("job", job.job, tuple(v.job for v in s.victims.under_of(job.job)))
+    if key not in s.planned:
+        reservation = s.planned[key] = reservation_for(state, job, s.running, s.victims)
         return reservation
     planned = s.planned[key]
     if planned is None:
         return None
     if state.now < planned.start < NEVER:
         wake(state, planned.start)
-    return Reservation(job.job, planned.start, planned.nodes)
+    return Reservation(job.job, planned.start, planned.nodes, planned.draining)
 
 
 def carried_plans(state: State) -> dict[tuple[object, ...], Reservation | None]:
