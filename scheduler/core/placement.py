@@ -100,6 +100,8 @@ def pod_fits_now(node: Node, pod: PodSpec) -> bool:
 def split_gang(job: Job) -> tuple[list[PodSpec], list[PodSpec]]:
     """(required, optional) unplaced pods: each sub-group's minimum first, then the rest
     in order up to ``min_members`` (all pods when 0); the others are optional."""
+    if not job.placements and not job.min_per_group and job.min_members in (0, len(job.pods)):
+        return list(job.pods), []  # (the common case: every pod, in order, required)
     pods = [p for p in job.pods if p.name not in job.placements]
     need_total = (job.min_members or len(job.pods)) - len(job.placements)
     required: list[PodSpec] = []
