@@ -40,11 +40,13 @@ from scheduler.fold.validate import validate
 
 DAY_MS = 86_400_000
 HORIZON_MS = 7 * DAY_MS
-COARSE = 64
-"""By default a forecast's runs round each pod's end up to a step of about 1/64 of its
+COARSE = 32
+"""By default a forecast's runs round each pod's end up to a step of about 1/32 of its
 distance from the moment (``Simulation.resume``): a start an hour ahead is forecast to
-within a minute, and the days ahead take a few hundred cycles, not one per job that ends.
-``coarse=0`` runs exactly (every end at its own time)."""
+within two minutes (never earlier than exact), and the days ahead take a few hundred
+cycles, not one per job that ends. ``coarse=0`` runs exactly (every end at its own time).
+The step is far below what a forecast's assumptions cost it (``bench.forecast``: the
+median error is hours), and each halving of it doubles a forecast's cycles."""
 MIN_SAMPLES = 3
 """Completed jobs a group of the history needs before its percentiles are used."""
 

@@ -130,8 +130,8 @@ def test_the_history_estimates_jobs_like_it_that_ran_as_long() -> None:
 
 
 def test_a_coarse_forecast_is_within_its_step(ledger: Path) -> None:
-    """By default ends are rounded up to about 1/64 of their distance: the reservation an
-    hour ahead is forecast within a minute after its promised time, never before it."""
+    """By default ends are rounded up to about 1/32 of their distance: the reservation an
+    hour ahead is forecast within two minutes after its promised time, never before it."""
     moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
     promise = moment.fold.state.jobs["b-whole"].promise
     (f,) = forecast(moment, jobs=["b-whole"])

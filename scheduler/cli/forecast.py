@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--exact",
         action="store_true",
         help="every job ends at its own estimated time (slower); by default ends are "
-        "rounded up to about 1/64 of their distance from the moment",
+        "rounded up to about 1/32 of their distance from the moment",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_damage_options(p)
