@@ -461,21 +461,24 @@ def _holders(s: Session, queue: Queue, job: Job) -> list[tuple[Queue, str, int]]
 
 def _protections(s: Session, queue: Queue, job: Job) -> str:
     """What the other queues hold that reclaim may not take for this job, and why:
-    in-quota, within fair share, or per job non-preemptible, within its queue's reclaim
-    min-runtime, placed by reclaim within the hysteresis window, or beyond the lost-work
-    budget ("" when no other queue holds GPUs)."""
+    in-quota, within fair share (unless the job's queue stays within its deserved quota,
+    which may reclaim above any deserved quota), or per job non-preemptible, within its
+    queue's reclaim min-runtime, placed by reclaim within the hysteresis window, or beyond
+    the lost-work budget ("" when no other queue holds GPUs)."""
     state = s.state
     if job.request[0] <= 0:
         return ""
     holders = _holders(s, queue, job)
-    # as reclaim judges it: a queue within its deserved quota is not held to the budget
-    budget = lost_work_budget(state, job) if budgeted(s, queue, job, "reclaim") else NEVER
+    # as reclaim judges it: a queue within its deserved quota is not held to the budget,
+    # and may reclaim from every queue above its deserved quota, whatever its fair share
+    in_quota = not budgeted(s, queue, job, "reclaim")
+    budget = NEVER if in_quota else lost_work_budget(state, job)
     parts: list[str] = []
     for other, kind, _ in holders[:_NAMED]:
         if kind == "in-quota":
             parts.append(f"'{other.name}' (in quota)")
             continue
-        if kind == "within":
+        if kind == "within" and not in_quota:
             parts.append(f"'{other.name}' (within its fair share)")
             continue
         why: dict[str, int] = {}

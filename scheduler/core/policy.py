@@ -43,7 +43,7 @@ from scheduler.core.session import Emit
 from scheduler.core.stale import evict_stale_gangs
 from scheduler.core.state import ACTIVE, State
 
-REVISION = 16
+REVISION = 17
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
 KAI_KNOBS: dict[str, object] = {k.field: k.kai_event for k in POLICY_KNOBS if k.set_by_kai}
