@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from events.model import JobSubmitted
@@ -112,6 +112,28 @@ RULES = (
 a reservation's reason words them, ``blocked._kept`` as a capacity wait does)."""
 
 
+OVERSUBSCRIBED = {
+    "gpus": 2,
+    "nodes": 2,
+    "asked_nodes": 1,
+    "gang_pods": 1,
+    "a_deserved": 4,
+    "b_deserved": 2,
+    "department": True,
+    "b_jobs": [(0.5, None, 0)] * 3 + [(1, None, 0)] * 2 + [(0.5, None, 0)],
+    "asks_at": 7200,
+    "knobs": {
+        "lost_work_ratio_milli": 0,
+        "backfill": False,
+        "reclaim_hysteresis_ms": 0,
+        "victim_search_backoff_ms": 0,
+    },
+}
+"""The department's queues deserve 6 GPUs of 4: B, above its deserved 2, is within a fair
+share of 4, and A (a capacity wait, no backfill) must still name B's min-runtime."""
+
+
+@example(OVERSUBSCRIBED, 7200)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(borrowed_cluster(), st.sampled_from([3600, 7200, 6 * 3600]))
 def test_a_queue_below_its_quota_that_waits_is_told_the_rule(
