@@ -307,8 +307,10 @@ class _Release:
     slots: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """Per node: milli-GPUs its booked jobs hold there (that ``give_slots`` gives back)."""
-    booked: list[tuple[Job, Iterable[tuple[str, int]]]] = field(default_factory=list)
-    """The jobs booked, each with its nodes and the milli-GPUs it holds on each."""
+    booked: dict[str, tuple[Job, list[tuple[str, int]]]] = field(default_factory=dict)
+    """Booked job -> (the job, its nodes with the milli-GPUs it holds on each)."""
+    on_node: dict[str, list[str]] = field(default_factory=dict)
+    """Per node: the jobs booked with a pod there (some may be evicted since)."""
 
     def __post_init__(self) -> None:
         if self.pod_size > 0 and self.stmt.index is not None:
@@ -322,20 +324,25 @@ class _Release:
             given_on: Iterable[tuple[str, int]] = spots
         else:
             given_on = self._given_on(job)
-        self.booked.append((job, given_on))
         size = self.pod_size
         if size <= 0:
+            self.booked[job.job] = (job, [])
             return
         nodes = self.stmt.nodes
         extra = self.extra
+        on_node = self.on_node
+        kept: list[tuple[str, int]] = []
         for name, given in given_on:
             node = nodes.get(name)
             if node is None:
                 continue
+            kept.append((name, given))
+            on_node.setdefault(name, []).append(job.job)
             before = extra.get(name, 0)
             was = node.free_gpu_milli + before
             extra[name] = before + given
             self.slots += (was + given) // size - was // size
+        self.booked[job.job] = (job, kept)
 
     def _given_on(self, job: Job) -> list[tuple[str, int]]:
         """(node, milli-GPUs held there) of each live pod, GPUs or not, counting into
@@ -357,30 +364,28 @@ class _Release:
     def evict_booked(self) -> None:
         size = self.pod_size
         if size <= 0:
-            for job, _ in self.booked:
+            for job, _ in self.booked.values():
                 self.stmt.evict(job)
-            self.booked = []
+            self.booked.clear()
+            self.on_node.clear()
             return
         nodes = self.stmt.nodes
         extra = self.extra
-        fits = {name for name, more in extra.items() if nodes[name].free_gpu_milli + more >= size}
-        if not fits:
-            return
-        kept = []
-        for job, given_on in self.booked:
-            if not any(name in fits for name, _ in given_on):
-                kept.append((job, given_on))
-                continue
-            self.stmt.evict(job)
-            for where, given in given_on:
-                if where not in nodes:
-                    continue
-                left = extra.get(where, 0) - given
-                if left:
-                    extra[where] = left
-                else:
-                    extra.pop(where, None)
-        self.booked = kept
+        booked = self.booked
+        fits = [name for name, more in extra.items() if nodes[name].free_gpu_milli + more >= size]
+        for name in fits:
+            for job_id in self.on_node.pop(name, ()):
+                entry = booked.pop(job_id, None)
+                if entry is None:
+                    continue  # evicted already, for a pod on another node
+                job, given_on = entry
+                self.stmt.evict(job)
+                for where, given in given_on:
+                    left = extra.get(where, 0) - given
+                    if left:
+                        extra[where] = left
+                    else:
+                        extra.pop(where, None)
 
     def may_fit(self, need: int, pods: int) -> bool:
         return self.free >= need and (self.pod_size <= 0 or self.slots >= pods)

@@ -105,8 +105,6 @@ class _Entry:
     """The reservation holder it was backfilled under ("" for none)."""
     preemptible: bool = False
     priority: int = 0
-    gpus: bool = False
-    """Whether the job asks for GPUs (its end is in ``future_gpus`` too)."""
 
 
 @dataclass(slots=True)
@@ -119,9 +117,6 @@ class RunningIndex:
     future: list[tuple[int, int, str]] = field(default_factory=list)
     """(raw expected end, seq, job) of started (or allocated) jobs ending after ``mark``,
     sorted."""
-    future_gpus: list[tuple[int, int, str]] = field(default_factory=list)
-    """The items of ``future`` whose jobs ask for GPUs: a gang that asks for GPUs alone
-    walks only these (``ends``)."""
     overrun: list[tuple[int, str]] = field(default_factory=list)
     """(seq, job) of started (or allocated) jobs whose expected end has passed, sorted."""
     unstarted: dict[str, None] = field(default_factory=dict)
@@ -176,7 +171,18 @@ class RunningIndex:
             held += milli
         self.held[job_id] = held
         self.spots[job_id] = spots
-        end = self._add_end(job)
+        end: tuple[int, int, str] | None = None
+        began = job.started_at if job.started_at is not None else job.allocated_at
+        if began is None:
+            self.unstarted[job_id] = None
+        else:
+            runtime = job.expected_runtime_ms
+            raw = NEVER if runtime is None else began + runtime - job.checkpointed_ms
+            end = (raw, job.seq, job_id)
+            if raw <= self.mark:
+                insort(self.overrun, (job.seq, job_id))
+            else:
+                insort(self.future, end)
         victim = ""
         key: tuple[Any, ...] | None = None
         if job.preemptible:
@@ -201,36 +207,8 @@ class RunningIndex:
         if under:
             self.under.setdefault(under, {})[job_id] = None
         self.entries[job_id] = _Entry(
-            end, leaf, victim, key, held, under, job.preemptible, job.priority, job.request[0] > 0
+            end, leaf, victim, key, held, under, job.preemptible, job.priority
         )
-
-    def _add_end(self, job: Job) -> tuple[int, int, str] | None:
-        """Index the job by expected end; the (raw end, seq, job) indexed, or None (it has
-        neither started nor been allocated)."""
-        began = job.started_at if job.started_at is not None else job.allocated_at
-        if began is None:
-            self.unstarted[job.job] = None
-            return None
-        runtime = job.expected_runtime_ms
-        raw = NEVER if runtime is None else began + runtime - job.checkpointed_ms
-        end = (raw, job.seq, job.job)
-        if raw <= self.mark:
-            insort(self.overrun, (job.seq, job.job))
-        else:
-            insort(self.future, end)
-            if job.request[0]:
-                insort(self.future_gpus, end)
-        return end
-
-    def _remove_end(self, job_id: str, entry: _Entry) -> None:
-        if entry.end is None:
-            del self.unstarted[job_id]
-        elif entry.end[0] <= self.mark:
-            _remove(self.overrun, (entry.end[1], job_id))
-        else:
-            _remove(self.future, entry.end)
-            if entry.gpus:
-                _remove(self.future_gpus, entry.end)
 
     def remove(self, job_id: str) -> None:
         entry = self.entries.pop(job_id)
@@ -238,7 +216,12 @@ class RunningIndex:
             self._forget_preemptible(job_id, entry)
         del self.held[job_id]
         del self.spots[job_id]
-        self._remove_end(job_id, entry)
+        if entry.end is None:
+            del self.unstarted[job_id]
+        elif entry.end[0] <= self.mark:
+            _remove(self.overrun, (entry.end[1], job_id))
+        else:
+            _remove(self.future, entry.end)
         leaf = entry.leaf
         if entry.victim == "group":
             by_held = self.groups[leaf]
@@ -263,7 +246,6 @@ class RunningIndex:
         if cut:
             passed = [(seq, job_id) for _, seq, job_id in self.future[:cut]]
             del self.future[:cut]
-            del self.future_gpus[: bisect_left(self.future_gpus, (now + 1,))]
             if len(passed) > 16:
                 self.overrun.extend(passed)
                 self.overrun.sort()
@@ -289,13 +271,11 @@ class RunningIndex:
             starting.append((end, job.seq, job_id))
         starting.sort()
         overrun = [(now, seq, job_id) for seq, job_id in self.overrun]
-        future = self.future
-        if gpus_only:
-            overrun = [item for item in overrun if jobs[item[2]].request[0]]
-            starting = [item for item in starting if jobs[item[2]].request[0]]
-            future = self.future_gpus
-        sources = [source for source in (overrun, future, starting) if source]
-        return heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
+        sources = [source for source in (overrun, self.future, starting) if source]
+        merged = heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
+        if not gpus_only:
+            return merged
+        return (item for item in merged if jobs[item[2]].request[0])
 
     def victims(self, state: State, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's preemptible jobs as sorted streams of ``VictimItem``: one per group
