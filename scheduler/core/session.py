@@ -46,8 +46,9 @@ class Session:
     reserved_nodes: dict[str, None] = field(default_factory=dict)
     """Every node some reservation of this cycle holds (``backfill.reserve`` adds them)."""
     planned: dict[tuple[object, ...], Reservation | None] = field(default_factory=dict)
-    """Reservations of plain gangs by shape: the same shape on the same nodes reserves the
-    same nodes at the same time, until a placement changes the nodes (then cleared)."""
+    """Reservations by plain gang shape (the same shape on the same nodes reserves the same
+    nodes at the same time) and by job with the jobs backfilled under it, until a
+    placement changes the nodes (then cleared; ``backfill._planned``)."""
     failed: FailedShapes = field(default_factory=FailedShapes)
     """Jobs that found no room, by shape: free capacity only shrinks between evictions, so
     a job asking no less fails too (cleared when victims are evicted)."""
