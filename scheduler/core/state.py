@@ -454,9 +454,7 @@ class State:
         """Whether the job's key is in a pending order (its status may say otherwise)."""
         key = job.pending_key
         queue = self.queues.get(job.queue)
-        return in_sorted(self.pending, key) or (
-            queue is not None and in_sorted(queue.pending, key)
-        )
+        return in_sorted(self.pending, key) or (queue is not None and in_sorted(queue.pending, key))
 
     def free_index(self) -> FreeIndex:
         """The free-capacity index over the nodes, built when first needed."""
