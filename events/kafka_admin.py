@@ -143,7 +143,14 @@ class _LoopThread:
         self.loop.run_forever()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            # A wait cut short (Ctrl-C, a timeout) cancels what it waited for: a client
+            # left mid-request on the loop would hold up its own close.
+            future.cancel()
+            raise
 
 
 _loop: _LoopThread | None = None

@@ -17,6 +17,7 @@ Connections take their TLS and SASL options from ``events.kafka_security``; a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from events.kafka_security import KafkaLogError, KafkaSecurity, resolve_security
 from events.port import follow_polls
 
 T = TypeVar("T")
+
+CLOSE_TIMEOUT_S = 10.0
+"""How long closing a reader waits for its consumer to stop."""
 
 
 async def end_offset_of(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
@@ -207,10 +211,13 @@ class KafkaReader:
         return batch, int(await consumer.position(self._tp))
 
     def close(self) -> None:
-        """Stop the consumer (idempotent)."""
+        """Stop the consumer (idempotent), waiting at most ``CLOSE_TIMEOUT_S``: a closing
+        reader (an interrupted follower) must not hang on a broker that does not answer;
+        the consumer is then abandoned."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            run_sync(consumer.stop())
+            with contextlib.suppress(TimeoutError):
+                run_sync(consumer.stop(), CLOSE_TIMEOUT_S)
 
     def __enter__(self) -> KafkaReader:
         """The reader itself."""
