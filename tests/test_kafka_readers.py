@@ -447,7 +447,11 @@ class Lines:
 
 
 def gpuledger(log: Path, *argv: str) -> subprocess.Popen[str]:
-    """``gpuledger ARGV`` as a child whose stdout is piped unbuffered; stderr goes to ``log``."""
+    """``gpuledger ARGV`` as a child whose stdout is piped unbuffered; stderr goes to ``log``.
+
+    The child takes Ctrl-C (SIGINT) as a terminal would deliver it, even where the test
+    run itself ignores it (a run started in the background by a shell without job control
+    inherits SIGINT ignored, and so would the child, which then never stops on it)."""
     with open(log, "ab") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "scheduler.cli", *argv],
@@ -456,7 +460,12 @@ def gpuledger(log: Path, *argv: str) -> subprocess.Popen[str]:
             stderr=err,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_sigint_default,  # noqa: PLW1509  # it only resets a signal
         )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def offsets_of(lines: list[str]) -> list[int]:
