@@ -28,7 +28,6 @@ from scheduler.core.state import (
     Reservation,
     State,
     UniformGangs,
-    in_sorted,
     wake,
 )
 from scheduler.core.victims import Victims, backfilled_under
@@ -195,7 +194,7 @@ def uniform_gangs(state: State, size: int) -> dict[int, Job]:
         gone = []
         for job_id in ids:
             job = jobs.get(job_id)
-            if job is not None and not job.placements and _pending_in_leaf(state, job):
+            if job is not None and not job.placements and state.in_leaf_pending(job):
                 found[count] = job
                 break
             gone.append(job_id)
@@ -218,7 +217,7 @@ def _uniform_index(state: State) -> UniformGangs:
     cache = state.shape_cache
     for job_id in added:
         job = jobs.get(job_id)
-        if job is None or not _pending_in_leaf(state, job):
+        if job is None or not state.in_leaf_pending(job):
             continue
         shape = cache.get(job_id)
         if shape is None or shape.job is not job:
@@ -227,11 +226,6 @@ def _uniform_index(state: State) -> UniformGangs:
             by_count = index.by_size.setdefault(shape.uniform, {})
             by_count.setdefault(len(job.pods), {})[job_id] = None
     return index
-
-
-def _pending_in_leaf(state: State, job: Job) -> bool:
-    queue = state.queues.get(job.queue)
-    return queue is not None and not queue.children and in_sorted(queue.pending, job.pending_key)
 
 
 def reserve_sizes(

@@ -270,8 +270,10 @@ class RunningIndex:
             end = NEVER if runtime is None else max(now, now + runtime - job.checkpointed_ms)
             starting.append((end, job.seq, job_id))
         starting.sort()
-        overrun = [(now, seq, job_id) for seq, job_id in self.overrun]
-        sources = [source for source in (overrun, self.future, starting) if source]
+        sources: list[Iterable[tuple[int, int, str]]] = []
+        if self.overrun:  # (lazy: a walk usually stops long before its end)
+            sources.append((now, seq, job_id) for seq, job_id in self.overrun)
+        sources += [items for items in (self.future, starting) if items]
         merged = heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
         if not gpus_only:
             return merged

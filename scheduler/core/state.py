@@ -335,7 +335,8 @@ class State:
     end; ``apply._QUIET``)."""
     uniform_cache: UniformGangs | None = None
     """Cache: the pending plain gangs by pod size and gang size (built on first use, kept
-    by ``add_pending`` and when read, dropped when the queue tree changes)."""
+    by ``add_pending`` and when read; dropped when the queue tree changes, or when more
+    jobs were added since it was read than are pending)."""
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""
@@ -415,8 +416,12 @@ class State:
                 blocks.added(queue.pending, key)
             if self.wanted_cache is not None:
                 _add_request(self.wanted_cache, queue.name, job.request, 1)
-            if self.uniform_cache is not None:
-                self.uniform_cache.added.append(job.job)
+            uniform = self.uniform_cache
+            if uniform is not None:
+                uniform.added.append(job.job)
+                if len(uniform.added) > len(self.pending):
+                    # rebuilding from the pending orders now costs less than catching up
+                    self.uniform_cache = None
 
     def remove_pending(self, job: Job) -> None:
         """Take a job out of the pending orders, where it is there."""
@@ -454,7 +459,17 @@ class State:
         """Whether the job's key is in a pending order (its status may say otherwise)."""
         key = job.pending_key
         queue = self.queues.get(job.queue)
-        return in_sorted(self.pending, key) or (queue is not None and in_sorted(queue.pending, key))
+        return _in_sorted(self.pending, key) or (
+            queue is not None and _in_sorted(queue.pending, key)
+        )
+
+    def in_leaf_pending(self, job: Job) -> bool:
+        """Whether the job's key is in its queue's pending order and that queue is a leaf
+        (the orders the policy walks)."""
+        queue = self.queues.get(job.queue)
+        return (
+            queue is not None and not queue.children and _in_sorted(queue.pending, job.pending_key)
+        )
 
     def free_index(self) -> FreeIndex:
         """The free-capacity index over the nodes, built when first needed."""
@@ -565,8 +580,7 @@ class FreeIndex:
             yield from self.buckets[key]
 
 
-def in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
-    """Whether ``key`` is in a sorted list (a pending order)."""
+def _in_sorted(items: list[tuple[int, int, str]], key: tuple[int, int, str]) -> bool:
     index = bisect_left(items, key)
     return index < len(items) and items[index] == key
 
