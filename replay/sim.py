@@ -501,13 +501,16 @@ class Simulation:
                 break
         return now, submitted
 
-    def _ending(self, at: int) -> int:
-        """When a pod due to end at ``at`` ends: then, or on the coarse grid (``resume``)."""
-        ahead = at - self.origin
+    def _ending(self, at: int, now: int) -> int:
+        """When a pod due at ``now`` to end at ``at`` ends: then, or on the coarse grid
+        (``resume``). The grid's step follows the pod's remaining run, not the distance
+        from the forecast's moment: a job started days ahead that runs five minutes still
+        runs about five minutes, so the forward run keeps the cluster's throughput."""
+        ahead = at - now
         if not self.coarse or ahead <= 1000:
             return at
         step = 1 << max(10, (ahead // self.coarse).bit_length() - 1)
-        return self.origin + -(-ahead // step) * step
+        return self.origin + -(-(at - self.origin) // step) * step
 
     def _wake(self, now: int) -> None:
         """A time-based rule falls due at the state's wakeup: make sure a cycle runs then."""
@@ -535,9 +538,9 @@ class Simulation:
         ``placed`` then holds when each job was placed. Nothing is recorded.
 
         ``coarse`` (a forecast's speed for its precision): when non-zero, a pod's end is
-        rounded up to a grid whose step is about 1/``coarse`` of its distance from the
-        state's moment (a power of two of milliseconds, at least a second), so ends far
-        ahead share a cycle instead of taking one each."""
+        rounded up to a grid whose step is about 1/``coarse`` of the run it has left when
+        it is due (a power of two of milliseconds, at least a second), so long runs' ends
+        share a cycle instead of taking one each."""
         sim = cls.__new__(cls)
         sim._setup(
             [],
@@ -560,7 +563,7 @@ class Simulation:
                 sim._started[job.job] = sim._finishing[job.job] = job.attempt
                 for pod in job.placements:
                     if pod not in job.finished:
-                        at = sim._ending(max(end, now + 1))
+                        at = sim._ending(max(end, now + 1), now)
                         sim._push(at, PodFinished(job=job.job, pod=pod), job.attempt)
             elif job.status == ALLOCATED:
                 for pod, placed in job.placements.items():
@@ -665,7 +668,7 @@ class Simulation:
                         remaining = max(1, self.runtime[job_id] - job.checkpointed_ms)
                         for placed in job.placements:
                             self._push(
-                                self._ending(now + remaining),
+                                self._ending(now + remaining, now),
                                 PodFinished(job=job_id, pod=placed),
                                 job.attempt,
                             )

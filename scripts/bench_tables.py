@@ -62,9 +62,10 @@ def core_table(data: dict[str, Any]) -> str:
 def forecast_table(data: dict[str, Any]) -> str:
     """``bench.forecast``'s accuracy per run, estimates and arrivals, then its cost."""
     lines = [
-        "| run | estimates | arrivals | forecasts | waited ≥ 10 min | median abs. error | "
-        "median relative error (target) | within ±25 % | bias | start in range |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | estimates | arrivals | forecasts | waited ≥ 10 min | rightly beyond horizon | "
+        "median abs. error | median relative error (target) | within ±25 % | bias | "
+        "start in range |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run, kinds in data.items():
         if run in ("cost", "provenance"):
@@ -77,6 +78,7 @@ def forecast_table(data: dict[str, Any]) -> str:
             meets = "yes" if f["median_relative_error"] <= target / 100 else "**no**"
             lines.append(
                 f"| {run} | {estimates} | {arrivals} | {f['forecasts']} | {f['waited_10min']} | "
+                f"{f.get('beyond_horizon', '-')} | "
                 f"{f['median_abs_error_min']:,.1f} min | {100 * f['median_relative_error']:.0f} % "
                 f"(≤ {target} %: {meets}) | {100 * f['within_25pct']:.0f} % | "
                 f"{f['bias_min']:+,.1f} min | {100 * f['range_holds']:.0f} % |"

@@ -10,8 +10,9 @@ import pytest
 
 from events.filelog import LedgerDirReader
 from events.model import JobSubmitted, PodSpec
-from replay.forecast import RuntimeModel, forecast, moment_of, submit
+from replay.forecast import Moment, Recent, RuntimeModel, _repeated, forecast, moment_of, submit
 from scheduler.cli import main
+from scheduler.fold.outcomes import OutcomeFold
 from scheduler.fold.validate import validate
 
 CLUSTER = "nodes:\n  - {name: n, count: 1, gpus: 8}\ntiming: {bind_latency_s: 0.5, startup_s: 5}\n"
@@ -137,3 +138,56 @@ def test_a_coarse_forecast_is_within_its_step(ledger: Path) -> None:
     (f,) = forecast(moment, jobs=["b-whole"])
     assert f.earliest_ms is not None
     assert promise <= f.earliest_ms <= promise + (promise - moment.fold.state.now) // 32
+
+
+def test_a_coarse_forecast_keeps_the_throughput_of_short_jobs_far_ahead(
+    tmp_path: Path,
+) -> None:
+    """Forty 5-minute jobs run one after another on one GPU. On the coarse grid each end
+    is rounded up by about 1/32 of the run it has left, not of its distance from the
+    moment: the last job's forecast start stays within 1/32 of the exact one, where
+    rounding by distance would stretch every job far ahead to many times its runtime."""
+    jobs = "\n".join(
+        f"  - {{name: j{i:02}, queue: a, at_s: 0, runtime_s: 300, expected_runtime_s: 300,"
+        " pods: 1, gpus_per_pod: 1}"
+        for i in range(40)
+    )
+    files = {
+        "c": "nodes:\n  - {name: n, count: 1, gpus: 1}\n"
+        "timing: {bind_latency_s: 0.5, startup_s: 5}\n",
+        "q": "queues:\n  - {name: a, deserved_percent: 100}\n",
+        "w": f"jobs:\n{jobs}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    argv = ["simulate", "--cluster", str(tmp_path / "c.yaml"), "--queues", str(tmp_path / "q.yaml"),
+            "--workload", str(tmp_path / "w.yaml"), "--ledger", str(tmp_path / "l"), "--no-fairness"]  # fmt: skip
+    assert main(argv) == 0
+    moment = moment_of(LedgerDirReader(tmp_path / "l").read(0), 10_000)  # j00 has started
+    now = moment.fold.state.now
+    (exact,) = forecast(moment, jobs=["j39"], coarse=0)
+    (coarse,) = forecast(moment, jobs=["j39"])
+    assert exact.earliest_ms is not None and coarse.earliest_ms is not None
+    assert exact.earliest_ms == _placed(tmp_path / "l")["j39"]  # exact: what the ledger did
+    assert exact.earliest_ms - now > 39 * 300_000
+    assert (
+        exact.earliest_ms
+        <= coarse.earliest_ms
+        <= exact.earliest_ms + (exact.earliest_ms - now) // 32
+    )
+
+
+def test_recent_arrivals_repeat_at_the_rate_a_young_ledger_saw() -> None:
+    """A ledger two hours old repeats its two hours of submissions every two hours, not
+    once a day: the rate they came at goes on."""
+    recent = Recent()
+    for minute in range(0, 120, 10):
+        pods = (PodSpec(name="p", gpu_milli=1000),)
+        recent.note(minute * 60_000, JobSubmitted(job=f"s{minute}", queue="a", pods=pods))
+    fold = OutcomeFold()
+    fold.state.now = 120 * 60_000
+    moment = Moment(fold, 0, 0, -1, recent)
+    again = _repeated(moment, fold.state.now + 6 * 3_600_000)
+    per_hour = len(again) / 6
+    assert per_hour == pytest.approx(6, abs=1)  # 12 submissions in 2 h, as they came
+    assert again[0][1] == "s10" and again[0][0] == 130 * 60_000
