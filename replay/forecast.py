@@ -242,9 +242,15 @@ def _median(values: list[int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
-    """One job's forecast: when it is placed with median and with 90th-percentile
-    runtimes (None: not within the horizon), the horizon's end, its position in its queue
-    (1 first), the core's reason it waits at the moment, and the estimate it used."""
+    """One job's forecast: the range of when it is placed with median and with
+    90th-percentile runtimes (None: not within the horizon), the earlier of the two
+    first; the start with median runtimes (the range's point); the horizon's end; its
+    position in its queue (1 first); the core's reason it waits at the moment; and the
+    estimate it used.
+
+    Longer runtimes do not always start a job later: another queue holding its GPUs
+    longer can fall behind it in the fair-share order. So the range is the two starts in
+    time order, not median then p90."""
 
     job: str
     queue: str
@@ -254,6 +260,7 @@ class Forecast:
     horizon_end_ms: int
     reason: str
     estimate: Estimate
+    median_ms: int | None = None
 
     def row(self, now: int) -> dict[str, object]:
         """As the CLI and the console show it: the range as ledger times (``now`` within a
@@ -277,6 +284,7 @@ class Forecast:
             "wait": wait(self.earliest_ms) + ("" if same else f" – {wait(self.latest_ms)}"),
             "earliest_ms": self.earliest_ms,
             "latest_ms": self.latest_ms,
+            "median_ms": self.median_ms,
             "horizon_end_ms": self.horizon_end_ms,
             "estimate": self.estimate.source,
             "reason": self.reason,
@@ -430,14 +438,25 @@ def forecast(
                     job=name,
                     queue=queue,
                     position=position,
-                    earliest_ms=early.get(name),
-                    latest_ms=late.get(name),
+                    earliest_ms=_first(early.get(name), late.get(name)),
+                    latest_ms=_last(early.get(name), late.get(name)),
                     horizon_end_ms=until,
                     reason=reasons.get(name, job.reason),
                     estimate=known.get(name, UNKNOWN),
+                    median_ms=early.get(name),
                 )
             )
     return out
+
+
+def _first(a: int | None, b: int | None) -> int | None:
+    """The earlier of two starts (None: beyond the horizon)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _last(a: int | None, b: int | None) -> int | None:
+    """The later of two starts (None: beyond the horizon)."""
+    return None if a is None or b is None else max(a, b)
 
 
 def _pending(state: State, queue: str) -> Iterator[str]:

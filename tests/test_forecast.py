@@ -191,3 +191,15 @@ def test_recent_arrivals_repeat_at_the_rate_a_young_ledger_saw() -> None:
     per_hour = len(again) / 6
     assert per_hour == pytest.approx(6, abs=1)  # 12 submissions in 2 h, as they came
     assert again[0][1] == "s10" and again[0][0] == 130 * 60_000
+
+
+def test_the_range_is_the_two_starts_in_time_order() -> None:
+    """Longer runtimes can start a job sooner (another queue falls behind it in the
+    fair-share order), so the range is the two runs' starts sorted, beyond the horizon
+    (None) last, and the median-runtime start is kept as the point forecast."""
+    from replay.forecast import _first, _last
+
+    assert (_first(900, 500), _last(900, 500)) == (500, 900)
+    assert (_first(None, 500), _last(None, 500)) == (500, None)
+    assert (_first(500, None), _last(500, None)) == (500, None)
+    assert (_first(None, None), _last(None, None)) == (None, None)
