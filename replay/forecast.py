@@ -257,10 +257,10 @@ class Forecast:
     position: int
     earliest_ms: int | None
     latest_ms: int | None
+    median_ms: int | None
     horizon_end_ms: int
     reason: str
     estimate: Estimate
-    median_ms: int | None = None
 
     def row(self, now: int) -> dict[str, object]:
         """As the CLI and the console show it: the range as ledger times (``now`` within a
@@ -328,7 +328,7 @@ def _repeated(moment: Moment, until: int) -> list[tuple[int, str, JobSubmitted]]
     ``job@k``) for the k-th repetition of each recent submission, up to ``until``."""
     now = moment.fold.state.now
     out: list[tuple[int, str, JobSubmitted]] = []
-    submissions = [(at, event) for at, event in moment.recent.submissions if at <= now]
+    submissions = list(moment.recent.submissions)
     first = moment.recent.first_ms
     if not submissions or first is None or first >= now:
         return out
@@ -404,8 +404,13 @@ def forecast(
     known = estimates(state, model, given)
     never = horizon_ms * 4 + DAY_MS  # a job without an estimate runs past the horizon
     until = state.now + horizon_ms
+    pending = [  # (queue, position in it, job), queues by name
+        (queue, position, name)
+        for queue in sorted(state.queues)
+        for position, name in enumerate(_pending(state, queue), start=1)
+    ]
     # The run can stop once every job asked about (every pending one) has started.
-    targets = set(_all_pending(state)) if jobs is None else set(jobs)
+    targets = {name for _, _, name in pending} if jobs is None else set(jobs)
     again = _repeated(moment, until) if arrivals == "recent" else []
 
     def inputs(which: int) -> tuple[dict[str, int], list[SimJob]]:
@@ -427,26 +432,21 @@ def forecast(
         if (late_runtimes, late_arrivals) == (early_runtimes, early_arrivals)
         else _run(state, late_runtimes, moment, until, targets, late_arrivals, coarse)[0]
     )
-    out: list[Forecast] = []
-    for queue in sorted(state.queues):
-        for position, name in enumerate(_pending(state, queue), start=1):
-            if name not in targets:
-                continue
-            job = state.jobs[name]
-            out.append(
-                Forecast(
-                    job=name,
-                    queue=queue,
-                    position=position,
-                    earliest_ms=_first(early.get(name), late.get(name)),
-                    latest_ms=_last(early.get(name), late.get(name)),
-                    horizon_end_ms=until,
-                    reason=reasons.get(name, job.reason),
-                    estimate=known.get(name, UNKNOWN),
-                    median_ms=early.get(name),
-                )
-            )
-    return out
+    return [
+        Forecast(
+            job=name,
+            queue=queue,
+            position=position,
+            earliest_ms=_first(early.get(name), late.get(name)),
+            latest_ms=_last(early.get(name), late.get(name)),
+            median_ms=early.get(name),
+            horizon_end_ms=until,
+            reason=reasons.get(name, state.jobs[name].reason),
+            estimate=known.get(name, UNKNOWN),
+        )
+        for queue, position, name in pending
+        if name in targets
+    ]
 
 
 def _first(a: int | None, b: int | None) -> int | None:
@@ -533,8 +533,3 @@ def submit(moment: Moment, job: JobSubmitted) -> Moment | str:
     apply(copy, job, state.now)
     fold = OutcomeFold(state=copy, jobs=moment.fold.jobs)  # the history, shared read-only
     return Moment(fold, moment.bind_ms, moment.startup_ms, moment.last_offset, moment.recent)
-
-
-def _all_pending(state: State) -> Iterator[str]:
-    for queue in sorted(state.queues):
-        yield from _pending(state, queue)

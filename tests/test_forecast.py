@@ -10,7 +10,17 @@ import pytest
 
 from events.filelog import LedgerDirReader
 from events.model import JobSubmitted, PodSpec
-from replay.forecast import Moment, Recent, RuntimeModel, _repeated, forecast, moment_of, submit
+from replay.forecast import (
+    Moment,
+    Recent,
+    RuntimeModel,
+    _first,
+    _last,
+    _repeated,
+    forecast,
+    moment_of,
+    submit,
+)
 from scheduler.cli import main
 from scheduler.fold.outcomes import OutcomeFold
 from scheduler.fold.validate import validate
@@ -197,8 +207,6 @@ def test_the_range_is_the_two_starts_in_time_order() -> None:
     """Longer runtimes can start a job sooner (another queue falls behind it in the
     fair-share order), so the range is the two runs' starts sorted, beyond the horizon
     (None) last, and the median-runtime start is kept as the point forecast."""
-    from replay.forecast import _first, _last
-
     assert (_first(900, 500), _last(900, 500)) == (500, 900)
     assert (_first(None, 500), _last(None, 500)) == (500, None)
     assert (_first(500, None), _last(500, None)) == (500, None)
