@@ -28,6 +28,7 @@ import re
 import shutil
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -772,6 +773,61 @@ class LedgerDirReader:
 
     def close(self) -> None:
         """Nothing to release: every read and follow opens and closes its own files."""
+
+
+def holds_segments(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory holding at least one segment: a ledger to read."""
+    try:
+        return bool(_list_bases(Path(path)))
+    except LedgerError:
+        return False
+
+
+class AwaitedLedgerDir:
+    """A ledger directory its writer may not have created yet (implements ``LedgerReader``):
+    empty until ``path`` holds a segment, then ``LedgerDirReader``'s records. For a reader
+    started before the writer, as the ingestor may be before the scheduler."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._reader: LedgerDirReader | None = None
+
+    def _ready(self) -> LedgerDirReader | None:
+        if self._reader is None and holds_segments(self.path):
+            self._reader = LedgerDirReader(self.path)
+        return self._reader
+
+    def read(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Envelope]]:
+        """The records with ``start <= offset < end``; none while the ledger does not exist."""
+        reader = self._ready()
+        return iter(()) if reader is None else reader.read(start, end)
+
+    def end_offset(self) -> int:
+        """0 while the ledger does not exist."""
+        reader = self._ready()
+        return 0 if reader is None else reader.end_offset()
+
+    def follow(
+        self,
+        start: int = 0,
+        *,
+        poll_s: float = 0.05,
+        stop: Callable[[], bool] | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[tuple[int, Envelope]]:
+        """Wait for the ledger to exist (as ``LedgerDirReader.follow`` waits for records),
+        then follow it."""
+        waited = time.monotonic()
+        while (reader := self._ready()) is None:
+            if (stop is not None and stop()) or (
+                idle_timeout_s is not None and time.monotonic() - waited >= idle_timeout_s
+            ):
+                return
+            time.sleep(poll_s)
+        yield from reader.follow(start, poll_s=poll_s, stop=stop, idle_timeout_s=idle_timeout_s)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def _follow_chunk(

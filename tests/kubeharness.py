@@ -398,11 +398,16 @@ def gpuledger(
 
 @contextlib.contextmanager
 def running(procs: dict[str, Proc]) -> Iterator[dict[str, Proc]]:
-    """Start every process; stop them all on leaving, however the block ends."""
+    """Start every process; stop them all on leaving, however the block ends (printing
+    their logs when it raises)."""
     for p in procs.values():
         p.start()
     try:
         yield procs
+    except BaseException:
+        for p in procs.values():  # pytest shows what a failing test printed
+            print(f"---- {p.name}'s log (last 40 lines)", *p.log().splitlines()[-40:], sep="\n")
+        raise
     finally:
         for p in procs.values():
             p.stop()

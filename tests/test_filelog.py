@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from events.codec import DecodeError, Envelope, wrap
 from events.filelog import (
     FRAME_HEADER_SIZE,
+    AwaitedLedgerDir,
     HEADER_SIZE,
     FileLedger,
     LedgerCorrupt,
@@ -32,6 +33,7 @@ from events.filelog import (
     LedgerError,
     LedgerLocked,
     new_ledger,
+    holds_segments,
     segment_name,
     verify,
     writer_active,
@@ -464,6 +466,21 @@ def test_follow_stops_on_stop_and_idle(ledger: Path) -> None:
         return len(calls) > 3
 
     assert [o for o, _ in reader.follow(1, poll_s=0.01, stop=stop)] == [1]
+
+
+def test_an_awaited_ledger_reads_empty_until_its_writer_creates_it(tmp_path: Path) -> None:
+    """The ingestor may start before the scheduler: its ledger is awaited, not refused."""
+    ledger = tmp_path / "not-yet"
+    reader = AwaitedLedgerDir(ledger)
+    assert not holds_segments(ledger)
+    assert (reader.end_offset(), list(reader.read(0))) == (0, [])
+    assert list(reader.follow(0, poll_s=0.01, idle_timeout_s=0.05)) == []
+    with new_ledger(ledger) as writer:
+        writer.append(envs(0, 3))
+    assert holds_segments(ledger)
+    assert reader.end_offset() == 3
+    assert list(reader.read(1)) == list(enumerate(envs(0, 3)))[1:]
+    assert list(reader.follow(2, poll_s=0.01, idle_timeout_s=0.05)) == [(2, env(2))]
 
 
 def test_follow_across_a_crash_and_recovery(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.cli.common import add_policy_flag, add_security_arguments, security_of
@@ -25,6 +26,7 @@ from scheduler.cli.errors import (
 )
 
 if TYPE_CHECKING:
+    from events.port import LedgerReader
     from scheduler.kube.transport import Deployment
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ def _ingest(args: argparse.Namespace) -> int:
     # The ledger to reconcile against: given, or on Kafka the deployment's own.
     source = args.ledger or (args.intake if _is_kafka(args.intake) else None)
     try:
-        ledger = None if source is None else open_ledger(source)
+        ledger = None if source is None else _reconciled_ledger(source)
     except CliError:
         if isinstance(intake, IntakeSink):
             intake.close()
@@ -98,6 +100,19 @@ def _ingest(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     Ingestor(api, intake, ledger=ledger, resync_s=args.resync_s).run(stop.is_set)
     return 0
+
+
+def _reconciled_ledger(source: str) -> LedgerReader:
+    """The ledger the ingestor compares the cluster with. A ledger directory that does not
+    exist yet is awaited (the scheduler, started after the ingestor, creates it)."""
+    from events.filelog import AwaitedLedgerDir, holds_segments  # noqa: PLC0415
+
+    if _is_kafka(source) or holds_segments(source) or Path(source).suffix in (".jsonl", ".json"):
+        return open_ledger(source)
+    if Path(source).exists() and not Path(source).is_dir():
+        return open_ledger(source)  # refused, with its reason
+    log.warning("ledger %s does not exist yet: drift is compared with it once it does", source)
+    return AwaitedLedgerDir(source)
 
 
 def _bind(args: argparse.Namespace) -> int:

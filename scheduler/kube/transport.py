@@ -53,7 +53,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from events.codec import Envelope, decode_envelope
-from events.filelog import FileLedger, LedgerDirReader
+from events.filelog import FileLedger, LedgerDirReader, holds_segments
 from events.kafka_admin import (
     DEFAULT_DOMAIN,
     KafkaSettings,
@@ -496,7 +496,7 @@ class FileLedgerFeed(LedgerFeed):
 
     def wait(self, stop: Callable[[], bool], *, poll_s: float) -> bool:
         """Poll until the directory holds a segment."""
-        while not (self.path.is_dir() and any(self.path.glob("*.seg"))):
+        while not holds_segments(self.path):
             if stop():
                 return False
             time.sleep(poll_s)
