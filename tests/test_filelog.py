@@ -25,15 +25,15 @@ from hypothesis import strategies as st
 from events.codec import DecodeError, Envelope, wrap
 from events.filelog import (
     FRAME_HEADER_SIZE,
-    AwaitedLedgerDir,
     HEADER_SIZE,
+    AwaitedLedgerDir,
     FileLedger,
     LedgerCorrupt,
     LedgerDirReader,
     LedgerError,
     LedgerLocked,
-    new_ledger,
     holds_segments,
+    new_ledger,
     segment_name,
     verify,
     writer_active,
