@@ -399,7 +399,8 @@ class Simulation:
         self._started: dict[str, int] = {}
         self._finishing: dict[str, int] = {}
         self._nodes_of: dict[str, dict[str, str]] = {}
-        self._ticks: dict[int, None] = {}
+        self._ticks: dict[int, int] = {}
+        """Wake-ups asked for: the latest moment a cycle may serve each (``_wake``)."""
         self.ready: dict[str, int] = {}
         self.placed: dict[str, int] = {}
         """Per job: when the scheduler first placed its gang (its first ``PodsAllocated``)."""
@@ -486,8 +487,13 @@ class Simulation:
                 if isinstance(event, JobSubmitted):
                     submitted += 1
                 batch.append((event, now))
-            if not batch:
-                continue
+            if not batch or (
+                self.coarse
+                and heap
+                and heap[0][0] <= self._ticks.get(now, now)
+                and all(isinstance(event, Tick) for event, _ in batch)
+            ):
+                continue  # (a due wake-up the next moment's cycle, on the grid, serves)
             decisions = self._step(batch, now)
             self.cycles += 1
             if observe is not None:
@@ -506,17 +512,25 @@ class Simulation:
         (``resume``). The grid's step follows the pod's remaining run, not the distance
         from the forecast's moment: a job started days ahead that runs five minutes still
         runs about five minutes, so the forward run keeps the cluster's throughput."""
-        ahead = at - now
+        step = self._step_for(at - now)
+        return at if not step else self.origin + -(-(at - self.origin) // step) * step
+
+    def _step_for(self, ahead: int) -> int:
+        """The coarse grid's step for a moment ``ahead`` ms away (0: exact)."""
         if not self.coarse or ahead <= 1000:
-            return at
-        step = 1 << max(10, (ahead // self.coarse).bit_length() - 1)
-        return self.origin + -(-(at - self.origin) // step) * step
+            return 0
+        return 1 << max(10, (ahead // self.coarse).bit_length() - 1)
 
     def _wake(self, now: int) -> None:
-        """A time-based rule falls due at the state's wakeup: make sure a cycle runs then."""
+        """A time-based rule falls due at the state's wakeup: make sure a cycle runs then.
+        On the coarse grid that cycle may come later by the grid step of the wake-up's
+        distance from the state's moment (``resume``): when another event comes by then,
+        its cycle serves the due wake-up (``_loop``). A reservation's start is the expected
+        end of the jobs it waits for, which the forward run may put elsewhere (its own
+        runtimes, rounded up to the grid): a cycle at the start alone finds them running."""
         wakeup = self.engine.state.wakeup
         if wakeup is not None and wakeup > now and wakeup not in self._ticks:
-            self._ticks[wakeup] = None
+            self._ticks[wakeup] = wakeup + self._step_for(wakeup - self.origin)
             self._push(wakeup, Tick())
 
     @classmethod
@@ -540,7 +554,10 @@ class Simulation:
         ``coarse`` (a forecast's speed for its precision): when non-zero, a pod's end is
         rounded up to a grid whose step is about 1/``coarse`` of the run it has left when
         it is due (a power of two of milliseconds, at least a second), so long runs' ends
-        share a cycle instead of taking one each."""
+        share a cycle instead of taking one each; and a time-based rule falling due (the
+        core's wake-up, such as a reservation's start) takes no cycle of its own when
+        another event comes within 1/``coarse`` of its distance from the state's moment:
+        that event's cycle serves it (``_wake``)."""
         sim = cls.__new__(cls)
         sim._setup(
             [],

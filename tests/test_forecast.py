@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from replay.forecast import (
     Moment,
     Recent,
     RuntimeModel,
+    _copy,
     _first,
     _last,
     _repeated,
@@ -21,6 +23,7 @@ from replay.forecast import (
     moment_of,
     submit,
 )
+from replay.sim import Simulation
 from scheduler.cli import main
 from scheduler.fold.outcomes import OutcomeFold
 from scheduler.fold.validate import validate
@@ -211,3 +214,42 @@ def test_the_range_is_the_two_starts_in_time_order() -> None:
     assert (_first(None, 500), _last(None, 500)) == (500, None)
     assert (_first(500, None), _last(500, None)) == (500, None)
     assert (_first(None, None), _last(None, None)) == (None, None)
+
+
+def test_a_coarse_run_serves_a_due_reservation_in_the_next_event_s_cycle(ledger: Path) -> None:
+    """a-long states an hour but runs 20 s longer: b-whole's reservation falls due at the
+    hour while a-long still runs. Exact, that moment takes a cycle of its own; on the
+    coarse grid it takes none, as a-long's end comes within the grid step and its cycle
+    serves the due reservation. Both runs start b-whole at a-long's end."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    state = moment.fold.state
+    promise = state.jobs["b-whole"].promise
+    runtimes = {
+        name: job.expected_runtime_ms or 0
+        for name, job in state.jobs.items()
+        if job.status != "succeeded"
+    }
+    runtimes["a-long"] += 20_000
+    ran: dict[int, list[int]] = {}
+    placed: dict[int, int] = {}
+    for coarse in (0, 32):
+        sim = Simulation.resume(
+            _copy(state), runtimes, bind_ms=moment.bind_ms, startup_ms=moment.startup_ms,
+            coarse=coarse,
+        )  # fmt: skip
+        moments = ran[coarse] = []
+        step = sim._step
+
+        def counted(
+            batch: list[Any], now: int, step: Any = step, moments: list[int] = moments
+        ) -> Any:
+            moments.append(now)
+            return step(batch, now)
+
+        sim._step = counted  # type: ignore[method-assign]
+        sim.carry_on(state.now + 86_400_000)
+        placed[coarse] = sim.placed["b-whole"]
+    a_end = state.jobs["a-long"].started_at + runtimes["a-long"]  # type: ignore[operator]
+    assert promise in ran[0] and promise not in ran[32]
+    assert placed[0] == a_end
+    assert a_end < placed[32] <= promise + (promise - state.now) // 32  # within the step
