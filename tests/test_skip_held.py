@@ -3,10 +3,12 @@ loop (``Tuning.skip_held``); with the shortcut off each is tried in turn. The tw
 write the very same ledger, and ``admission_held`` must agree with ``admission_reason``.
 So must a cycle that reuses the last cycle's reservations (``Tuning.carry_plans``) and
 one that works each out afresh, and one that moves only the queue placed in within the
-queue order (``Tuning.rerank_moved``) and one that ranks every queue again."""
+queue order (``Tuning.rerank_moved``) and one that ranks every queue again, and one that
+reuses the last cycle's fair shares (``Tuning.share_memo``) and one that divides afresh."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -346,3 +348,12 @@ def test_moving_only_the_queue_placed_in_writes_the_same_ledger(scenario, knobs)
     ranked anew (``allocate._rerank``)."""
     moved = _ledger(scenario, knobs)
     assert moved == _ledger(scenario, knobs, Tuning(rerank_moved=False))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(congested(), BACKFILL_KNOBS, st.sampled_from(["milli", "whole"]))
+def test_reusing_fair_shares_writes_the_same_ledger(scenario, knobs, rounding) -> None:  # type: ignore[no-untyped-def]
+    """A cycle that reuses the last cycle's fair shares (``fairshare.cycle_shares``) decides
+    as one that divides them afresh."""
+    knobs = msgspec.structs.replace(knobs, share_rounding=rounding)
+    assert _ledger(scenario, knobs) == _ledger(scenario, knobs, Tuning(share_memo=False))

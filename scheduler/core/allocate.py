@@ -34,7 +34,7 @@ from scheduler.core.backfill import (
 )
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
-from scheduler.core.fairshare import fair_shares
+from scheduler.core.fairshare import cycle_shares
 from scheduler.core.headroom import Headroom, admission_held
 from scheduler.core.placement import (
     FailedShapes,
@@ -60,7 +60,7 @@ def allocate(state: State, emit: Emit) -> None:
     s = Session(
         state,
         emit,
-        fair_shares(state),
+        cycle_shares(state),
         Victims(state),
         RunningEnds(state),
         leaves,

@@ -228,6 +228,7 @@ def _on_queue_configured(state: State, event: QueueConfigured, _at: int) -> None
     state.wanted_cache = None
     state.blocks_cache.clear()
     state.uniform_cache = None
+    state.share_cache = None
 
 
 def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
@@ -236,6 +237,7 @@ def _on_queue_removed(state: State, event: QueueRemoved, _at: int) -> None:
     state.wanted_cache = None
     state.blocks_cache.clear()
     state.uniform_cache = None
+    state.share_cache = None
 
 
 def _on_policy_configured(state: State, event: PolicyConfigured, _at: int) -> None:

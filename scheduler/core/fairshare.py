@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.core.state import UNLIMITED, Queue, State
+from scheduler.core.state import UNLIMITED, Queue, ShareMemo, State
 
 RESOURCES = 3  # gpu_milli, cpu_milli, memory_mib
 UNITS = (1000, 1, 1)
@@ -127,6 +127,66 @@ def fair_shares(
         division = _Division(state, resource, demand, shares, deserved, rank)
         _divide(division, top, total[resource], total[resource])
     return Shares(fair=shares, deserved=deserved, demand=demand)
+
+
+def cycle_shares(state: State) -> Shares:
+    """``fair_shares`` for a cycle of the gang policy, reusing the last cycle's division
+    (``State.share_cache``) when it would come out the same.
+
+    A queue's demand enters the division only as its cap, ``min(demand, limit)``, and a
+    cap no larger than the share the queue got never bounds a grant: every grant of the
+    division (its deserved part, each water-filling portion, each unit handed out) is
+    the same with any cap above that share. So when the capacity, the configuration and
+    the queue tree (which drops the memo) are those of the last division, usage plays
+    no part (no time-based share) and each queue whose cap changed got less than both
+    its caps, old and new, every share and quota is the one the last division gave. In
+    a congested cluster a submission or an end changes the demand of queues that want
+    more than their share: that is most cycles."""
+    demand = demands(state)
+    memo = state.share_cache
+    if (
+        memo is not None
+        and state.tuning.share_memo
+        and memo.config is state.config
+        and memo.topology == state.topology
+        and state.config.half_life_ms <= 0
+        and _same_division(state, memo.demand, demand, memo.fair)
+    ):
+        memo.demand = demand
+        return Shares(fair=memo.fair, deserved=memo.deserved, demand=demand)
+    shares = fair_shares(state, demand)
+    state.share_cache = ShareMemo(
+        state.config, state.topology, demand, shares.fair, shares.deserved
+    )
+    return shares
+
+
+def _same_division(
+    state: State,
+    before: dict[str, list[int]],
+    now: dict[str, list[int]],
+    fair: dict[str, list[int]],
+) -> bool:
+    """Whether every queue whose cap moved from ``before``'s demands to ``now``'s got a
+    share (``fair``) below both caps (see ``cycle_shares``)."""
+    if before.keys() != now.keys():
+        return False
+    for name, want in now.items():
+        old = before[name]
+        if want == old:
+            continue
+        queue = state.queues[name]
+        share = fair[name]
+        for resource in range(RESOURCES):
+            if want[resource] == old[resource]:
+                continue
+            limit = limit_of(queue, resource)
+            cap, was = want[resource], old[resource]
+            if bounded(limit):
+                cap, was = min(cap, limit), min(was, limit)
+            if cap != was and share[resource] >= min(cap, was):
+                return False
+    return True
 
 
 @dataclass(slots=True)

@@ -277,6 +277,20 @@ class PlannedMemo:
 
 
 @dataclass(slots=True)
+class ShareMemo:
+    """The last cycle's division of fair shares (``fairshare.cycle_shares``) and what it
+    rested on besides the queue tree (a change to which drops the memo)."""
+
+    config: PolicyConfigured
+    """The policy configuration it was divided under (by identity)."""
+    topology: int
+    """``State.topology`` then: the capacity divided."""
+    demand: dict[str, list[int]]
+    fair: dict[str, list[int]]
+    deserved: dict[str, list[int]]
+
+
+@dataclass(slots=True)
 class State:
     """Everything the policy needs, folded from the ledger."""
 
@@ -340,6 +354,9 @@ class State:
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""
+    share_cache: ShareMemo | None = None
+    """Cache: the last cycle's fair shares, reused while only demands that no share met
+    changed (``fairshare.cycle_shares``; dropped when the queue tree changes)."""
     tuning: Tuning = DEFAULT
     """The runner's shortcuts and bounds (``scheduler.core.tuning``): never folded, as no
     event sets them; a recorded ledger replays under ``DEFAULT``, tests construct others."""

@@ -51,6 +51,10 @@ class Tuning:
     ceiling, and that choice is skipped when every victim within it could not make room
     together (``victims._by_node``; ``tests/test_node_by_node.py``)."""
 
+    share_memo: bool = True
+    """A cycle reuses the last cycle's fair shares where the only inputs that changed are
+    demands no share reached (``fairshare.cycle_shares``; ``tests/test_skip_held.py``)."""
+
     budget_stops: bool = True
     """Reclaim's pass over the victim order stops at the first victim dearer than the job's
     lost-work budget once one was counted (none after it can be kept), and reads on only
