@@ -487,13 +487,18 @@ class Simulation:
                 if isinstance(event, JobSubmitted):
                     submitted += 1
                 batch.append((event, now))
-            if not batch or (
+            if not batch:
+                continue
+            if (
                 self.coarse
                 and heap
                 and heap[0][0] <= self._ticks.get(now, now)
                 and all(isinstance(event, Tick) for event, _ in batch)
             ):
-                continue  # (a due wake-up the next moment's cycle, on the grid, serves)
+                # A due wake-up alone: the next moment's cycle, on the grid, serves it (the
+                # tick goes along, so that cycle runs even if every event then is stale).
+                self._push(heap[0][0], Tick())
+                continue
             decisions = self._step(batch, now)
             self.cycles += 1
             if observe is not None:

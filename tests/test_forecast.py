@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from events.filelog import LedgerDirReader
-from events.model import JobSubmitted, PodSpec
+from events.model import JobSubmitted, PodFinished, PodSpec
 from replay.forecast import (
     Moment,
     Recent,
@@ -253,3 +253,36 @@ def test_a_coarse_run_serves_a_due_reservation_in_the_next_event_s_cycle(ledger:
     assert promise in ran[0] and promise not in ran[32]
     assert placed[0] == a_end
     assert a_end < placed[32] <= promise + (promise - state.now) // 32  # within the step
+
+
+def test_a_wake_up_served_on_the_grid_gets_its_cycle_when_the_next_event_is_stale(
+    ledger: Path,
+) -> None:
+    """The event a due wake-up waits for on the coarse grid may be about an attempt that
+    has ended (it is dropped, no cycle): the wake-up goes along to that moment and still
+    gets a cycle there, instead of none at all."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    state = moment.fold.state
+    promise = state.jobs["b-whole"].promise
+    runtimes = {
+        name: job.expected_runtime_ms or 0
+        for name, job in state.jobs.items()
+        if job.status != "succeeded"
+    }
+    runtimes["a-long"] += 3_600_000  # its real end is far past the grid step
+    sim = Simulation.resume(
+        _copy(state), runtimes, bind_ms=moment.bind_ms, startup_ms=moment.startup_ms,
+        coarse=32,
+    )  # fmt: skip
+    stale = state.jobs["a-long"].attempt + 1  # an attempt the job never had
+    sim._push(promise + 1_000, PodFinished(job="a-long", pod="a-long"), stale)
+    moments: list[int] = []
+    step = sim._step
+
+    def counted(batch: list[Any], now: int) -> Any:
+        moments.append(now)
+        return step(batch, now)
+
+    sim._step = counted  # type: ignore[method-assign]
+    sim.carry_on(promise + 10_000)
+    assert promise not in moments and promise + 1_000 in moments
