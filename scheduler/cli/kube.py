@@ -107,10 +107,14 @@ def _reconciled_ledger(source: str) -> LedgerReader:
     exist yet is awaited (the scheduler, started after the ingestor, creates it)."""
     from events.filelog import AwaitedLedgerDir, holds_segments  # noqa: PLC0415
 
-    if _is_kafka(source) or holds_segments(source) or Path(source).suffix in (".jsonl", ".json"):
+    path = Path(source)
+    if (
+        _is_kafka(source)
+        or path.suffix in (".jsonl", ".json")
+        or holds_segments(path)
+        or (path.exists() and not path.is_dir())  # refused by open_ledger, with its reason
+    ):
         return open_ledger(source)
-    if Path(source).exists() and not Path(source).is_dir():
-        return open_ledger(source)  # refused, with its reason
     log.warning("ledger %s does not exist yet: drift is compared with it once it does", source)
     return AwaitedLedgerDir(source)
 
