@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -377,6 +377,8 @@ def _run(
         if not noted:  # called first right after the first cycle: the reasons then
             noted = True
             reasons.update({j.job: j.reason for j in jobs.values() if j.status == PENDING})
+            # The rest of the run is read for its starts only: the same decisions, unworded.
+            sim.engine.state.tuning = replace(sim.engine.state.tuning, reasons=False)
         while passed < len(waiting) and waiting[passed] in sim.placed:
             passed += 1
         return passed == len(waiting)

@@ -4,7 +4,9 @@ write the very same ledger, and ``admission_held`` must agree with ``admission_r
 So must a cycle that reuses the last cycle's reservations (``Tuning.carry_plans``) and
 one that works each out afresh, and one that moves only the queue placed in within the
 queue order (``Tuning.rerank_moved``) and one that ranks every queue again, and one that
-reuses the last cycle's fair shares (``Tuning.share_memo``) and one that divides afresh."""
+reuses the last cycle's fair shares (``Tuning.share_memo``) and one that divides afresh.
+A cycle that words no reasons (``Tuning.reasons`` off) decides the same: its ledger is
+the default one without the waiting jobs' reasons."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from events.codec import encode_envelope
+from events.codec import decode_envelope, decode_event, encode_envelope, wrap
+from events.model import CycleCompleted, JobUnschedulable
 from replay.config import (
     ClusterFile,
     JobSpec,
@@ -357,3 +360,38 @@ def test_reusing_fair_shares_writes_the_same_ledger(scenario, knobs, rounding) -
     as one that divides them afresh."""
     knobs = msgspec.structs.replace(knobs, share_rounding=rounding)
     assert _ledger(scenario, knobs) == _ledger(scenario, knobs, Tuning(share_memo=False))
+
+
+def _without_reasons(ledger: list[bytes]) -> list[bytes]:
+    """The records that are not a waiting job's reason (a final refusal is a decision),
+    each cycle's count of decisions less the reasons left out."""
+    kept = []
+    dropped = 0  # reasons left out since the last cycle's end
+    for record in ledger:
+        env = decode_envelope(record)
+        event = decode_event(env)
+        if isinstance(event, JobUnschedulable) and not event.final:
+            dropped += 1
+            continue
+        if isinstance(event, CycleCompleted):
+            counted = CycleCompleted(decisions=event.decisions - dropped)
+            kept.append(encode_envelope(wrap(counted, env.at, env.version)))
+            dropped = 0
+        else:
+            kept.append(record)
+    return kept
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(congested(), many_queues()), BACKFILL_KNOBS)
+def test_a_cycle_without_reasons_decides_the_same(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
+    """Off, ``Tuning.reasons`` leaves out the reasons and nothing else."""
+    worded = _ledger(scenario, knobs)
+    unworded = _ledger(scenario, knobs, Tuning(reasons=False))
+    assert unworded == _without_reasons(worded)
+
+
+def test_the_example_words_reasons_only_when_asked() -> None:
+    """The example has waiting jobs, so the comparison above has reasons to leave out."""
+    worded = _ledger(_held_behind_a_limit(), PolicyFile(backfill=True))
+    assert len(_without_reasons(worded)) < len(worded)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from events.model import PodPlacement, PodsAllocated
@@ -43,7 +44,7 @@ from scheduler.core.placement import (
     job_shape,
     spread_score,
 )
-from scheduler.core.reasons import Reason, backoff_reason, note_reason
+from scheduler.core.reasons import Reason, backoff_reason
 from scheduler.core.running import NEVER, held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, Job, Node, Queue, State
@@ -72,7 +73,7 @@ def allocate(state: State, emit: Emit) -> None:
         index = s.cursor.get(queue.name, 0)
         job = state.jobs[queue.pending[index][2]]
         if job.backoff_until > state.now:
-            note_reason(job, backoff_reason(job), emit)
+            s.note(job, partial(backoff_reason, job))
             s.cursor[queue.name] = index + 1
             continue
         head = queue.name not in s.blocked and job.job not in s.requeued
@@ -379,7 +380,7 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
             return 0
         if state.config.preempt and not quota_reason(state, queue, job, s.shares):
             return 0
-        note_reason(job, reason, s.emit)
+        s.note(job, lambda: reason)
         s.passed[queue.name] = None
         at = 1
     # the same jobs either way; ``_skip_known`` passes over whole held blocks
@@ -444,20 +445,20 @@ def _blocked(s: Session, queue: Queue, job: Job, reason: Reason | None) -> None:
     s.skipping.clear()  # skips were judged in another queue, or before this reservation
     if not s.state.config.backfill:
         s.done[queue.name] = None  # first in, first out: the queue waits behind it
-        note_reason(job, reason or blocked_reason(s, queue, job, None), s.emit)
+        s.note(job, lambda: reason or blocked_reason(s, queue, job, None))
         return
     if reason is not None:
         # Held back by its queue's limit or quota, not by capacity: it reserves nothing
         # and blocks nothing. The next job the queue's rules admit is its head instead,
         # and makes room or reserves as a head does.
-        note_reason(job, reason, s.emit)
+        s.note(job, lambda: reason)
         s.passed[queue.name] = None
         return
     s.blocked[queue.name] = None
     s.heads[queue.name] = job.job
     if not s.state.config.reservations:
         # KAI-Scheduler's backfill: nothing is held for a blocked head
-        note_reason(job, blocked_reason(s, queue, job, None), s.emit)
+        s.note(job, lambda: blocked_reason(s, queue, job, None))
         return
     reserve(s, queue, job)
 

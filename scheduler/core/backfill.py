@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from events.model import PodPlacement
 from scheduler.core.blocked import behind_reason, blocked_reason
 from scheduler.core.placement import Statement, gang_shape, job_shape, uniform_size
-from scheduler.core.reasons import note_reason
 from scheduler.core.running import NEVER
 from scheduler.core.state import (
     ACTIVE,
@@ -57,8 +56,7 @@ def missed(s: Session, queue: Queue, job: Job) -> None:
     says so: after ``Tuning.backfill_tries`` of them the queue is done for the cycle."""
     if queue.name in s.blocked:
         head = s.heads[queue.name]
-        reserved = any(r.job == head for r in s.reservations)
-        note_reason(job, behind_reason(queue, head, reserved), s.emit)
+        s.note(job, lambda: behind_reason(queue, head, any(r.job == head for r in s.reservations)))
     s.misses[queue.name] = s.misses.get(queue.name, 0) + 1
     if s.misses[queue.name] >= s.state.tuning.backfill_tries:
         s.done[queue.name] = None
@@ -98,11 +96,10 @@ def backfill_for(reservations: list[Reservation], placements: list[PodPlacement]
 def reserve(s: Session, queue: Queue, job: Job) -> None:
     """Reserve nodes for a blocked head and record why it waits (``blocked``)."""
     reservation = _planned(s, job)
-    reason = blocked_reason(s, queue, job, reservation)
+    s.note(job, lambda: blocked_reason(s, queue, job, reservation))  # before it is counted
     if reservation is not None:
         s.reservations.append(reservation)
         s.reserved_nodes.update(reservation.nodes)
-    note_reason(job, reason, s.emit)
 
 
 def _planned(s: Session, job: Job) -> Reservation | None:

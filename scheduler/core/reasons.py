@@ -9,12 +9,14 @@ reservation's reason carries the time it is promised to start (``start``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from events.ledgertime import format_at, is_wall_clock
 from events.model import MILLI, JobUnschedulable, PodSpec
-from scheduler.core.session import Emit
 from scheduler.core.state import Job
+
+if TYPE_CHECKING:
+    from scheduler.core.session import Emit
 
 NEVER_FITS = "never_fits"
 """The job can never start on the cluster as it stands (final)."""

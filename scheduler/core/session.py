@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from events.model import Event
 from scheduler.core.fairshare import Shares
 from scheduler.core.placement import FailedShapes
-from scheduler.core.state import Queue, State
+from scheduler.core.reasons import note_reason
+from scheduler.core.state import Job, Queue, State
 
 if TYPE_CHECKING:
     from scheduler.core.backfill import RunningEnds
@@ -101,3 +102,9 @@ class Session:
     kept_by: frozenset[str] | None = None
     """The rules keeping the GPUs of the queues above their deserved quota from reclaim
     (``blocked._kept_by``), since the last placement or eviction (None: to be worked out)."""
+
+    def note(self, job: Job, why: Callable[[], Reason]) -> None:
+        """Record why the job waits (``reasons.note_reason``), worded only when the tuning
+        asks for reasons (``Tuning.reasons``)."""
+        if self.state.tuning.reasons:
+            note_reason(job, why(), self.emit)

@@ -61,6 +61,13 @@ class Tuning:
     when the node-by-node choice needs to know whether the bounds clipped it
     (``victims._Take.settle``; ``tests/test_node_by_node.py``)."""
 
+    # -- output: what a cycle records besides its decisions -----------------------------
+    reasons: bool = True
+    """A cycle records why each waiting job waits (``JobUnschedulable``, worded in
+    ``blocked`` and ``admission``). Off, it records its decisions only, and the same ones
+    (``tests/test_skip_held.py``): for the forecast's forward run, which reads starts and
+    takes the reasons from its first cycle alone."""
+
     # -- bounds: part of the policy's decisions -------------------------------------------
     backfill_tries: int = 64
     """Failed backfill attempts per queue and cycle before the queue stops looking further
