@@ -11,7 +11,7 @@ end and takes no more (``Reservation.draining``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,7 +46,7 @@ class RunningEnds:
     state: State
 
     def ordered(self, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
-        """(expected end, seq, job) of the active jobs (holding GPUs, if ``gpus_only``),
+        """(expected end, seq, job) of the active jobs (asking for GPUs, if ``gpus_only``),
         soonest first; lazy."""
         return self.state.running_index().ends(self.state, gpus_only)
 
@@ -143,7 +143,7 @@ def carried_plans(state: State) -> dict[tuple[object, ...], Reservation | None]:
         return {}
     index = state.running_index()
     index.advance(state.now)
-    if index.unstarted or len(index.overrun) != memo.overrun:
+    if index.unstarted or index.overrun_count() != memo.overrun:
         return {}
     return dict(memo.planned)
 
@@ -154,7 +154,7 @@ def keep_plans(s: Session) -> None:
     index = state.running_index()
     index.advance(state.now)
     kept = {key: r for key, r in s.planned.items() if r is None or r.start > state.now}
-    state.planned_cache = PlannedMemo(state.changes_cache, len(index.overrun), kept)
+    state.planned_cache = PlannedMemo(state.changes_cache, index.overrun_count(), kept)
 
 
 def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:
@@ -298,7 +298,7 @@ class _Release:
     slots: int = 0
     extra: dict[str, int] = field(default_factory=dict)
     """Per node: milli-GPUs its booked jobs hold there (that ``give_slots`` gives back)."""
-    booked: dict[str, tuple[Job, list[tuple[str, int]]]] = field(default_factory=dict)
+    booked: dict[str, tuple[Job, Sequence[tuple[str, int]]]] = field(default_factory=dict)
     """Booked job -> (the job, its nodes with the milli-GPUs it holds on each)."""
     on_node: dict[str, list[str]] = field(default_factory=dict)
     """Per node: the jobs booked with a pod there (some may be evicted since)."""
@@ -308,32 +308,39 @@ class _Release:
             self.slots = self.stmt.index.slots_at_most(self.pod_size)
 
     def book(self, job: Job) -> None:
-        spots = self.spots.get(job.job)
+        job_id = job.job
+        spots = self.spots.get(job_id)
+        given_on: Sequence[tuple[str, int]]
         if spots is not None and not job.finished and len(spots) == len(job.placements):
             # Every pod holds GPUs: the running index has what each holds, where.
-            self.free += self.held[job.job]
-            given_on: Iterable[tuple[str, int]] = spots
+            self.free += self.held[job_id]
+            given_on = spots
         else:
             given_on = self._given_on(job)
         size = self.pod_size
         if size <= 0:
-            self.booked[job.job] = (job, [])
+            self.booked[job_id] = (job, ())
             return
         nodes = self.stmt.nodes
         extra = self.extra
         on_node = self.on_node
-        kept: list[tuple[str, int]] = []
+        slots = self.slots
         for name, given in given_on:
             node = nodes.get(name)
-            if node is None:
+            if node is None:  # (gone from the cluster: nothing is given back there)
+                given_on = [(n, g) for n, g in given_on if n in nodes]
                 continue
-            kept.append((name, given))
-            on_node.setdefault(name, []).append(job.job)
+            booked_there = on_node.get(name)
+            if booked_there is None:
+                on_node[name] = [job_id]
+            else:
+                booked_there.append(job_id)
             before = extra.get(name, 0)
             was = node.free_gpu_milli + before
             extra[name] = before + given
-            self.slots += (was + given) // size - was // size
-        self.booked[job.job] = (job, kept)
+            slots += (was + given) // size - was // size
+        self.slots = slots
+        self.booked[job_id] = (job, given_on)
 
     def _given_on(self, job: Job) -> list[tuple[str, int]]:
         """(node, milli-GPUs held there) of each live pod, GPUs or not, counting into

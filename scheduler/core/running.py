@@ -105,6 +105,8 @@ class _Entry:
     """The reservation holder it was backfilled under ("" for none)."""
     preemptible: bool = False
     priority: int = 0
+    gpus: bool = False
+    """Whether it asks for GPUs: which of the end orders holds it."""
 
 
 @dataclass(slots=True)
@@ -115,10 +117,16 @@ class RunningIndex:
     """Started (or allocated) jobs whose raw end is at or before ``mark`` are in
     ``overrun``."""
     future: list[tuple[int, int, str]] = field(default_factory=list)
-    """(raw expected end, seq, job) of started (or allocated) jobs ending after ``mark``,
-    sorted."""
+    """(raw expected end, seq, job) of started (or allocated) jobs asking for GPUs ending
+    after ``mark``, sorted."""
     overrun: list[tuple[int, str]] = field(default_factory=list)
-    """(seq, job) of started (or allocated) jobs whose expected end has passed, sorted."""
+    """(seq, job) of started (or allocated) jobs asking for GPUs whose expected end has
+    passed, sorted."""
+    future_cpu: list[tuple[int, int, str]] = field(default_factory=list)
+    """``future`` of the jobs asking for no GPU: kept apart, so that a walk for a gang
+    asking only for GPUs does not pass over them one by one."""
+    overrun_cpu: list[tuple[int, str]] = field(default_factory=list)
+    """``overrun`` of the jobs asking for no GPU."""
     unstarted: dict[str, None] = field(default_factory=dict)
     """Active jobs neither started nor allocated whole: their expected end counts from
     ``now``."""
@@ -179,10 +187,11 @@ class RunningIndex:
             runtime = job.expected_runtime_ms
             raw = NEVER if runtime is None else began + runtime - job.checkpointed_ms
             end = (raw, job.seq, job_id)
+            gpus = job.request[0] > 0
             if raw <= self.mark:
-                insort(self.overrun, (job.seq, job_id))
+                insort(self.overrun if gpus else self.overrun_cpu, (job.seq, job_id))
             else:
-                insort(self.future, end)
+                insort(self.future if gpus else self.future_cpu, end)
         victim = ""
         key: tuple[Any, ...] | None = None
         if job.preemptible:
@@ -207,7 +216,7 @@ class RunningIndex:
         if under:
             self.under.setdefault(under, {})[job_id] = None
         self.entries[job_id] = _Entry(
-            end, leaf, victim, key, held, under, job.preemptible, job.priority
+            end, leaf, victim, key, held, under, job.preemptible, job.priority, job.request[0] > 0
         )
 
     def remove(self, job_id: str) -> None:
@@ -219,9 +228,9 @@ class RunningIndex:
         if entry.end is None:
             del self.unstarted[job_id]
         elif entry.end[0] <= self.mark:
-            _remove(self.overrun, (entry.end[1], job_id))
+            _remove(self.overrun if entry.gpus else self.overrun_cpu, (entry.end[1], job_id))
         else:
-            _remove(self.future, entry.end)
+            _remove(self.future if entry.gpus else self.future_cpu, entry.end)
         leaf = entry.leaf
         if entry.victim == "group":
             by_held = self.groups[leaf]
@@ -242,42 +251,50 @@ class RunningIndex:
         """Move the started jobs whose expected end has passed by ``now`` to ``overrun``."""
         if now <= self.mark:
             return
-        cut = bisect_left(self.future, (now + 1,))
-        if cut:
-            passed = [(seq, job_id) for _, seq, job_id in self.future[:cut]]
-            del self.future[:cut]
-            if len(passed) > 16:
-                self.overrun.extend(passed)
-                self.overrun.sort()
-            else:
-                for item in passed:
-                    insort(self.overrun, item)
+        for future, overrun in ((self.future, self.overrun), (self.future_cpu, self.overrun_cpu)):
+            cut = bisect_left(future, (now + 1,))
+            if cut:
+                passed = [(seq, job_id) for _, seq, job_id in future[:cut]]
+                del future[:cut]
+                if len(passed) > 16:
+                    overrun.extend(passed)
+                    overrun.sort()
+                else:
+                    for item in passed:
+                        insort(overrun, item)
         self.mark = now
+
+    def overrun_count(self) -> int:
+        """How many indexed jobs have passed their expected end (as of ``advance``)."""
+        return len(self.overrun) + len(self.overrun_cpu)
 
     # ----------------------------------------------------------------- reading
 
     def ends(self, state: State, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
         """(expected end, seq, job) of every indexed job, soonest first (ends already
         past count as ``now``; jobs without an expected runtime last); only the jobs
-        holding GPUs if ``gpus_only``. Lazy: the caller stops when it has seen enough."""
+        asking for GPUs if ``gpus_only``. Lazy: the caller stops when it has seen enough."""
         now = state.now
         self.advance(now)
         jobs = state.jobs
         starting = []
         for job_id in self.unstarted:
             job = jobs[job_id]
+            if gpus_only and not job.request[0]:
+                continue
             runtime = job.expected_runtime_ms
             end = NEVER if runtime is None else max(now, now + runtime - job.checkpointed_ms)
             starting.append((end, job.seq, job_id))
         starting.sort()
         sources: list[Iterable[tuple[int, int, str]]] = []
-        if self.overrun:  # (lazy: a walk usually stops long before its end)
-            sources.append((now, seq, job_id) for seq, job_id in self.overrun)
-        sources += [items for items in (self.future, starting) if items]
-        merged = heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
-        if not gpus_only:
-            return merged
-        return (item for item in merged if jobs[item[2]].request[0])
+        # (lazy: a walk usually stops long before its end)
+        overruns = [o for o in (self.overrun, () if gpus_only else self.overrun_cpu) if o]
+        if overruns:
+            passed = heapq.merge(*overruns) if len(overruns) > 1 else overruns[0]
+            sources.append((now, seq, job_id) for seq, job_id in passed)
+        futures = (self.future,) if gpus_only else (self.future, self.future_cpu)
+        sources += [items for items in (*futures, starting) if items]
+        return heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
 
     def victims(self, state: State, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's preemptible jobs as sorted streams of ``VictimItem``: one per group
