@@ -61,7 +61,7 @@ def _check(state: State) -> None:
         wanted = dict(state.wanted_cache)
         state.wanted_cache = None
         assert {q.name: state.wanted(q) for q in state.queues.values()} == {
-            q.name: wanted.get(q.name, [0, 0, 0]) for q in state.queues.values()
+            q.name: wanted.get(q.name, [0, 0, 0, 0]) for q in state.queues.values()
         }
     index = state.running_cache
     if index is None:

@@ -463,14 +463,15 @@ class State:
         return blocks
 
     def wanted(self, queue: Queue) -> list[int]:
-        """The summed [gpu, cpu, memory] request of the queue's pending jobs."""
+        """The summed [gpu, cpu, memory] request of the queue's pending jobs, and how many
+        of them ask for no GPU."""
         if self.wanted_cache is None:
             cache: dict[str, list[int]] = {}
             for q in self.queues.values():
                 for _, _, job_id in q.pending:
                     _add_request(cache, q.name, self.jobs[job_id].request, 1)
             self.wanted_cache = cache
-        return self.wanted_cache.get(queue.name, [0, 0, 0])
+        return self.wanted_cache.get(queue.name, [0, 0, 0, 0])
 
     def in_pending(self, job: Job) -> bool:
         """Whether the job's key is in a pending order (its status may say otherwise)."""
@@ -616,10 +617,12 @@ def _add_request(
 ) -> None:
     row = sums.get(queue)
     if row is None:
-        row = sums[queue] = [0, 0, 0]
+        row = sums[queue] = [0, 0, 0, 0]
     row[0] += sign * request[0]
     row[1] += sign * request[1]
     row[2] += sign * request[2]
+    if not request[0]:
+        row[3] += sign
 
 
 def node_from_capacity(
