@@ -31,7 +31,6 @@ never row by row, so a million events project in seconds.
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import os
 import sys
@@ -76,6 +75,7 @@ from projections.views import (
     VIEW_DDL,
     VIEW_NAMES,
 )
+from scheduler.fold.heap import gc_paused
 from scheduler.fold.outcomes import DONE_STATUSES, OutcomeFold
 from scheduler.fold.snapshot import SnapshotError
 
@@ -710,25 +710,6 @@ def _batches(
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a run (reading, folding and writing).
-
-    Decoding a batch allocates hundreds of thousands of small objects, each allocation
-    counting towards a collection that walks everything still alive (the fold state, and
-    a reader's records): it more than doubles the fold time. Pausing only the fold left
-    the reads to pay for those collections — 4 of 24 s on a million events. The fold
-    creates no reference cycles (refcounting frees it all), so pausing holds back nothing.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextlib.contextmanager
 def _quick_switches() -> Iterator[None]:
     """Hand the GIL over every millisecond instead of every 5 during a run.
 
@@ -976,7 +957,7 @@ def _load_extra(
         from_core = min(from_shares, from_jobs)
         shares = ShareFold()
         fold.outcomes.state = shares.state
-        with _gc_paused():
+        with gc_paused():
             for offset, env in reader.read(0, from_core):
                 with contextlib.suppress(UnknownEventType):
                     event = decode_event(env, offset)
@@ -1195,7 +1176,7 @@ def project(
         # at 0 while the others skip what they already hold.
         starts = (next_offsets["events"], next_offsets["queues"], next_offsets["jobs"])
         with (
-            _gc_paused(),
+            gc_paused(),
             _quick_switches(),
             ThreadPoolExecutor(1, thread_name_prefix="gpuledger-commit") as writer,
         ):

@@ -34,6 +34,7 @@ from replay.config import ConfigError, WorkloadFile, parse
 from replay.sim import SimJob, Simulation, expand
 from scheduler.core.apply import apply
 from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
+from scheduler.fold.heap import gc_paused
 from scheduler.fold.outcomes import JobOutcome, OutcomeFold
 from scheduler.fold.snapshot import state_bytes, state_from_dict
 from scheduler.fold.validate import validate
@@ -347,6 +348,7 @@ def _repeated(moment: Moment, until: int) -> list[tuple[int, str, JobSubmitted]]
     return out
 
 
+@gc_paused()  # (over the state's copy and the run: ``scheduler.fold.heap``)
 def _run(
     state: State,
     runtimes: dict[str, int],
