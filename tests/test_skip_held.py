@@ -32,6 +32,7 @@ from scheduler.core import backfill as backfill_module
 from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_reason
 from scheduler.core.headroom import admission_held
+from scheduler.core.placement import Statement
 from scheduler.core.state import State
 from scheduler.core.tuning import DEFAULT, Tuning
 from scheduler.fold.verify import run as replay
@@ -360,6 +361,34 @@ def test_reusing_fair_shares_writes_the_same_ledger(scenario, knobs, rounding) -
     as one that divides them afresh."""
     knobs = msgspec.structs.replace(knobs, share_rounding=rounding)
     assert _ledger(scenario, knobs) == _ledger(scenario, knobs, Tuning(share_memo=False))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(congested(), many_queues()), BACKFILL_KNOBS)
+def test_ruling_out_last_cycle_s_failures_writes_the_same_ledger(scenario, knobs) -> None:  # type: ignore[no-untyped-def]
+    """A cycle that tries no placement for the shapes that found no room by the end of the
+    last one, nothing given back since (``allocate.carried_failures``), decides as one
+    that tries each."""
+    assert _ledger(scenario, knobs) == _ledger(scenario, knobs, Tuning(carry_failures=False))
+
+
+def test_the_example_rules_out_last_cycle_s_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The submissions-only example reaches the rule: with it, fewer placements are tried
+    for the same ledger."""
+    tries = []
+    place_gang = Statement.place_gang
+
+    def counting(self: Statement, *args, **kwargs):  # type: ignore[no-untyped-def]
+        tries.append(None)
+        return place_gang(self, *args, **kwargs)
+
+    monkeypatch.setattr(Statement, "place_gang", counting)
+    counts = []
+    for tuning in (DEFAULT, Tuning(carry_failures=False)):
+        tries.clear()
+        _ledger(_submissions_only(), PolicyFile(backfill=True), tuning)
+        counts.append(len(tries))
+    assert counts[0] < counts[1]
 
 
 def _without_reasons(ledger: list[bytes]) -> list[bytes]:

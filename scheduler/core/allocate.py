@@ -47,7 +47,7 @@ from scheduler.core.placement import (
 from scheduler.core.reasons import Reason, backoff_reason
 from scheduler.core.running import NEVER, held_resources
 from scheduler.core.session import Emit, Session
-from scheduler.core.state import PENDING, Job, Node, Queue, State
+from scheduler.core.state import PENDING, FailedMemo, Job, Node, Queue, State
 from scheduler.core.victims import Victims, make_room, preemption
 
 Tried = Literal["placed", "failed", "skipped"]
@@ -68,6 +68,7 @@ def allocate(state: State, emit: Emit) -> None:
         {q.name: limited(state, q.name) for q in leaves},
         failed=FailedShapes(state.shape_cache, exact_gangs=tuning.exact_gangs),
         planned=carried_plans(state) if tuning.carry_plans else {},
+        known_failed=carried_failures(state) if tuning.carry_failures else None,
     )
     while (queue := _next_queue(s)) is not None:
         index = s.cursor.get(queue.name, 0)
@@ -85,6 +86,33 @@ def allocate(state: State, emit: Emit) -> None:
         for node in r.nodes:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
     keep_plans(s)
+    keep_failures(s)
+
+
+def carried_failures(state: State) -> FailedShapes | None:
+    """What found no room by the end of the last cycle (``keep_failures``), while no event
+    since has given capacity back or changed a node (``State.freed_cache``): a job of
+    those shapes, kept off the same nodes, finds no room again.
+
+    Unlike ``Session.failed`` it only spares the placement tries: a job it rules out
+    counts as tried and failed, as it would have (so a queue's ``Tuning.backfill_tries``
+    run out as they would)."""
+    memo = state.failed_cache
+    if memo is None or memo.freed != state.freed_cache or not memo.failures:
+        return None
+    known = FailedShapes(state.shape_cache, exact_gangs=state.tuning.exact_gangs)
+    known.failed = memo.failures
+    return known
+
+
+def keep_failures(s: Session) -> None:
+    """Keep what found no room by the end of the cycle for the next one
+    (``carried_failures``): this cycle's failures since its last eviction, and those it
+    was given (dropped at an eviction too)."""
+    failed = s.failed
+    if s.known_failed is not None:
+        failed.absorb(s.known_failed.failed)
+    s.state.failed_cache = FailedMemo(s.state.freed_cache, failed.failed)
 
 
 def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None:
@@ -507,16 +535,21 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     kept_off = tuple(allowed) if allowed else ()
     if not head and not s.failed.may_fit(job, kept_off):
         return "skipped"
+    # Found no room by the end of the last cycle and none given back since: it fails.
+    known = s.known_failed is not None and not s.known_failed.may_fit(job, kept_off)
+    if known and not head:
+        s.failed.add(job, kept_off)
+        return "failed"
     plan: _Plan | None = None
     with Statement(
         state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
         placements = None
-        if s.reserved_nodes and (allowed is None or job.preemptible):
+        if s.reserved_nodes and (allowed is None or job.preemptible) and not known:
             # A job that may use reserved nodes (it gives way when the reservation starts)
             # goes elsewhere if it can: every job backfilled there is work lost later.
             placements = stmt.place_gang(job, skip=s.reserved_nodes)
-        if placements is None:
+        if placements is None and not known:
             placements = stmt.place_gang(job, skip=allowed)
         if placements is not None:
             plan = _Plan(placements)
@@ -568,6 +601,7 @@ def _commit(s: Session, job: Job, plan: _Plan) -> None:
     """Emit the plan's decisions: evictions, moves, then the job's placement."""
     if plan.evicted:
         s.failed.clear()  # evictions free capacity: what failed before may fit now
+        s.known_failed = None
     for victim, rule in plan.evicted:
         s.emit(preemption(victim, s.state.now, job, rule))
         _requeued(s, victim)

@@ -81,6 +81,8 @@ def apply(state: State, event: Event, at: int) -> State:
     if fold is not None:  # (``tick``, ``pod_bound`` and the like change nothing else)
         if kind not in _QUIET or (isinstance(event, JobSubmitted) and event.job in state.jobs):
             state.changes_cache += 1
+            if kind not in _NO_ROOM_MADE or isinstance(event, JobSubmitted):
+                state.freed_cache += 1
         fold(state, event, at)
     return state
 
@@ -728,6 +730,11 @@ _QUIET: frozenset[type[Event]] = frozenset({JobSubmitted, JobUnschedulable, Cycl
 (``State.changes_cache``): a new job's submission only adds to a pending order; a reason
 and a cycle's end only mark jobs and the state. A submission for a job the state holds
 already is not quiet. Events without a fold change nothing but ``now``."""
+
+_NO_ROOM_MADE: frozenset[type[Event]] = _QUIET | {PodsAllocated, PodStarted}
+"""Folded events that give no capacity back and change no node (``State.freed_cache``):
+besides the quiet ones, a placement only takes capacity and a pod's start only marks it.
+So a placement that failed before them fails after them too."""
 
 _FOLDS: dict[type[Event], Callable[[State, Any, int], None]] = {
     JobSubmitted: _job_submitted,

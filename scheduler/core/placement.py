@@ -515,6 +515,11 @@ def _gang_kind(job: Job) -> tuple[tuple[object, ...], Vector]:
     return ("exact", job.queue, job.placement, pods), ()
 
 
+def _at_most(a: Vector, b: Vector) -> bool:
+    """Whether request ``a`` asks no more than ``b`` of every resource."""
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
 class FailedShapes:
     """Jobs that found no room in a cycle, remembered by what decides their fit, so a job
     that asks no less cannot be tried again in vain.
@@ -610,15 +615,21 @@ class FailedShapes:
     def add(self, job: Job, blocked: object = ()) -> None:
         """Remember a job that found no room."""
         found = self.shape_of(job)
-        if found is None:
-            return
-        kind, vector = found
+        if found is not None:
+            self._add(blocked, *found)
+
+    def absorb(self, failures: dict[object, dict[tuple[object, ...], list[Vector]]]) -> None:
+        """Remember the failures another memo holds (``failed``) as well."""
+        for blocked, by_kind in failures.items():
+            for kind, vectors in by_kind.items():
+                for vector in vectors:
+                    known = self.failed.get(blocked, {}).get(kind, ())
+                    if not any(_at_most(seen, vector) for seen in known):
+                        self._add(blocked, kind, vector)
+
+    def _add(self, blocked: object, kind: tuple[object, ...], vector: Vector) -> None:
         by_kind = self.failed.setdefault(blocked, {})
-        kept = [
-            seen
-            for seen in by_kind.get(kind, ())
-            if not all(s >= v for s, v in zip(seen, vector, strict=True))
-        ]
+        kept = [seen for seen in by_kind.get(kind, ()) if not _at_most(vector, seen)]
         kept.append(vector)
         by_kind[kind] = kept
 

@@ -53,6 +53,9 @@ class Session:
     failed: FailedShapes = field(default_factory=FailedShapes)
     """Jobs that found no room, by shape: free capacity only shrinks between evictions, so
     a job asking no less fails too (cleared when victims are evicted)."""
+    known_failed: FailedShapes | None = None
+    """What found no room by the end of the last cycle, while nothing gave capacity back
+    (``allocate.carried_failures``; dropped when victims are evicted)."""
     ranked: list[Queue] = field(default_factory=list)
     """The queues in order (``admission.queue_order``); emptied when the order keys may all
     have changed, and ranked again."""

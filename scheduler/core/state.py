@@ -277,6 +277,17 @@ class PlannedMemo:
 
 
 @dataclass(slots=True)
+class FailedMemo:
+    """The shapes that found no room by the end of a cycle (``placement.FailedShapes``), for
+    the next one while nothing has given capacity back: see ``allocate.carried_failures``."""
+
+    freed: int
+    """``State.freed_cache`` when they were kept."""
+    failures: dict[object, dict[tuple[object, ...], list[tuple[int, ...]]]]
+    """``FailedShapes.failed``: blocked token -> kind -> the smallest requests that failed."""
+
+
+@dataclass(slots=True)
 class ShareMemo:
     """The last cycle's division of fair shares (``fairshare.cycle_shares``) and what it
     rested on besides the queue tree (a change to which drops the memo)."""
@@ -351,6 +362,13 @@ class State:
     """Cache: the pending plain gangs by pod size and gang size (built on first use, kept
     by ``add_pending`` and when read; dropped when the queue tree changes, or when more
     jobs were added since it was read than are pending)."""
+    freed_cache: int = 0
+    """Cache: counts the applied events that may give capacity back or change where pods
+    may go (every event ``apply`` folds but a new job's submission, a placement, a pod's
+    start, a reason and a cycle's end; ``apply._NO_ROOM_MADE``)."""
+    failed_cache: FailedMemo | None = None
+    """Cache: what found no room by the end of the last cycle, for the next one to rule
+    out while nothing has given capacity back (``allocate.carried_failures``)."""
     planned_cache: PlannedMemo | None = None
     """Cache: the reservations the last cycle worked out, for the next one to reuse while
     nothing they rest on changed (``backfill.carried_plans``)."""

@@ -51,6 +51,11 @@ class Tuning:
     ceiling, and that choice is skipped when every victim within it could not make room
     together (``victims._by_node``; ``tests/test_node_by_node.py``)."""
 
+    carry_failures: bool = True
+    """A cycle tries no placement for a job of a shape that found no room by the end of the
+    last cycle, while nothing has given capacity back since; it fails as it would
+    (``allocate.carried_failures``; ``tests/test_skip_held.py``)."""
+
     share_memo: bool = True
     """A cycle reuses the last cycle's fair shares where the only inputs that changed are
     demands no share reached (``fairshare.cycle_shares``; ``tests/test_skip_held.py``)."""
