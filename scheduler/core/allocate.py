@@ -109,10 +109,13 @@ def keep_failures(s: Session) -> None:
     """Keep what found no room by the end of the cycle for the next one
     (``carried_failures``): this cycle's failures since its last eviction, and those it
     was given (dropped at an eviction too)."""
-    failed = s.failed
+    failures = s.failed.failed
     if s.known_failed is not None:
-        failed.absorb(s.known_failed.failed)
-    s.state.failed_cache = FailedMemo(s.state.freed_cache, failed.failed)
+        if failures:
+            s.failed.absorb(s.known_failed.failed)
+        else:
+            failures = s.known_failed.failed
+    s.state.failed_cache = FailedMemo(s.state.freed_cache, failures)
 
 
 def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import le
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
 from scheduler.core.state import FreeIndex, Job, JobShape, Node
@@ -516,8 +517,8 @@ def _gang_kind(job: Job) -> tuple[tuple[object, ...], Vector]:
 
 
 def _at_most(a: Vector, b: Vector) -> bool:
-    """Whether request ``a`` asks no more than ``b`` of every resource."""
-    return all(x <= y for x, y in zip(a, b, strict=True))
+    """Whether request ``a`` asks no more than ``b`` of every resource (of as many)."""
+    return all(map(le, a, b))
 
 
 class FailedShapes:
