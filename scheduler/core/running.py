@@ -35,6 +35,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from events.model import MILLI
@@ -286,15 +287,16 @@ class RunningIndex:
             end = NEVER if runtime is None else max(now, now + runtime - job.checkpointed_ms)
             starting.append((end, job.seq, job_id))
         starting.sort()
-        sources: list[Iterable[tuple[int, int, str]]] = []
         # (lazy: a walk usually stops long before its end)
         overruns = [o for o in (self.overrun, () if gpus_only else self.overrun_cpu) if o]
-        if overruns:
-            passed = heapq.merge(*overruns) if len(overruns) > 1 else overruns[0]
-            sources.append((now, seq, job_id) for seq, job_id in passed)
+        passed = heapq.merge(*overruns) if len(overruns) > 1 else overruns[0] if overruns else ()
+        at_now = ((now, seq, job_id) for seq, job_id in passed)
         futures = (self.future,) if gpus_only else (self.future, self.future_cpu)
-        sources += [items for items in (*futures, starting) if items]
-        return heapq.merge(*sources) if len(sources) > 1 else iter(sources[0] if sources else ())
+        if starting:  # (an end counted from now may tie with the overrun ones)
+            return heapq.merge(at_now, *futures, starting)
+        # Every overrun end is ``now`` and every future one later (``advance``).
+        later = [items for items in futures if items]
+        return chain(at_now, heapq.merge(*later) if len(later) > 1 else later[0] if later else ())
 
     def victims(self, state: State, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's preemptible jobs as sorted streams of ``VictimItem``: one per group
