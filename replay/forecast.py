@@ -36,7 +36,7 @@ from scheduler.core.apply import apply
 from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
 from scheduler.fold.heap import gc_paused
 from scheduler.fold.outcomes import JobOutcome, OutcomeFold
-from scheduler.fold.snapshot import state_bytes, state_from_dict
+from scheduler.fold.snapshot import state_bytes, state_from_bytes
 from scheduler.fold.validate import validate
 
 DAY_MS = 86_400_000
@@ -293,7 +293,7 @@ class Forecast:
 
 
 def _copy(state: State) -> State:
-    copy = state_from_dict(msgspec.msgpack.decode(state_bytes(state)))
+    copy = state_from_bytes(state_bytes(state))
     copy.tuning = state.tuning
     return copy
 

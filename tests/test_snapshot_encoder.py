@@ -6,11 +6,19 @@ from __future__ import annotations
 import asyncio
 import os
 
+import msgspec
 import pytest
 
 from events.model import JobSubmitted, NodeRegistered, PodSpec, QueueConfigured
 from scheduler.core import State, apply, cycle
-from scheduler.fold.snapshot import decode_snapshot, encode_snapshot
+from scheduler.fold.snapshot import (
+    SnapshotError,
+    decode_snapshot,
+    encode_snapshot,
+    state_bytes,
+    state_from_bytes,
+    state_from_dict,
+)
 from scheduler.runtime.service import EncodedElsewhere
 
 
@@ -60,3 +68,15 @@ def test_an_abandoned_encoder_is_stopped_and_reaped() -> None:
     encoding.abandon()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped
+
+
+def test_a_state_decoded_straight_from_its_bytes_is_the_state() -> None:
+    """``state_from_bytes`` (the forecast's copy) gives what ``state_from_dict`` gives."""
+    state = _state(30)
+    data = state_bytes(state)
+    direct = state_from_bytes(data)
+    assert state_bytes(direct) == data
+    assert state_bytes(state_from_dict(msgspec.msgpack.decode(data))) == data
+    assert direct.jobs is not state.jobs  # a copy
+    with pytest.raises(SnapshotError, match="does not match"):
+        state_from_bytes(msgspec.msgpack.encode({"jobs": 3}))
