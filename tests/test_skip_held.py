@@ -16,7 +16,19 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from events.codec import decode_envelope, decode_event, encode_envelope, wrap
-from events.model import CycleCompleted, JobUnschedulable
+from events.model import (
+    CycleCompleted,
+    GpuSlot,
+    JobSubmitted,
+    JobUnschedulable,
+    NodeRegistered,
+    PodPlacement,
+    PodsAllocated,
+    PodSpec,
+    PodStarted,
+    QueueConfigured,
+    Resources,
+)
 from replay.config import (
     ClusterFile,
     JobSpec,
@@ -28,8 +40,8 @@ from replay.config import (
     policy_event,
 )
 from scheduler.core import allocate as allocate_module
+from scheduler.core import apply, cycle, fair_shares, pendingblocks
 from scheduler.core import backfill as backfill_module
-from scheduler.core import fair_shares, pendingblocks
 from scheduler.core.admission import admission_headroom, admission_reason
 from scheduler.core.headroom import admission_held
 from scheduler.core.placement import Statement
@@ -424,3 +436,42 @@ def test_the_example_words_reasons_only_when_asked() -> None:
     """The example has waiting jobs, so the comparison above has reasons to leave out."""
     worded = _ledger(_held_behind_a_limit(), PolicyFile(backfill=True))
     assert len(_without_reasons(worded)) < len(worded)
+
+
+def test_the_walk_goes_on_past_a_cpu_job_placed_in_the_gap() -> None:
+    """With no GPU free, the walk behind a blocked head goes on while the queue had a job
+    asking for no GPU when the cycle first asked (``allocate._no_room_left``): placing that
+    job in the gap does not end the walk before the GPU job behind it is tried and told
+    why it waits."""
+    state = State()
+    apply(state, policy_event("gpuledger"), 0)
+    room = Resources(gpu_milli=8000, cpu_milli=64000, memory_mib=64000)
+    apply(state, QueueConfigured(queue="q", deserved=room), 0)
+    hour = 3_600_000
+    for i in range(2):
+        node = f"n{i}"
+        apply(state, NodeRegistered(node=node, gpus=1, cpu_milli=8000, memory_mib=8000), 0)
+        one = (PodSpec(name="p", gpu_milli=1000),)
+        running = JobSubmitted(
+            job=f"r{i}", queue="q", priority_class="inference", pods=one, expected_runtime_ms=hour
+        )
+        apply(state, running, 0)
+        slot = (GpuSlot(0, 1000),)
+        placed = (PodPlacement(pod="p", node=node, gpus=slot),)
+        apply(state, PodsAllocated(job=f"r{i}", queue="q", placements=placed), 0)
+        apply(state, PodStarted(job=f"r{i}", pod="p"), 0)
+    cycle(state, 1)
+    for name, pods in (
+        ("head", (PodSpec(name="a", gpu_milli=1000), PodSpec(name="b", gpu_milli=1000))),
+        ("cpu", (PodSpec(name="c", cpu_milli=1000),)),
+        ("gpu", (PodSpec(name="d", gpu_milli=1000),)),
+    ):
+        submitted = JobSubmitted(
+            job=name, queue="q", priority_class="inference", pods=pods, expected_runtime_ms=60_000
+        )
+        apply(state, submitted, 1000)
+    decisions = cycle(state, 2000)
+    assert [d.job for d in decisions if isinstance(d, PodsAllocated)] == ["cpu"]
+    told = {d.job: d.reason for d in decisions if isinstance(d, JobUnschedulable)}
+    assert told["head"].startswith("waiting for a reservation of 2 nodes")
+    assert told["gpu"].startswith("waits behind job 'head'")

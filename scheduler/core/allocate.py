@@ -447,7 +447,10 @@ def _no_room_left(s: Session, queue: Queue) -> bool:
         s.free_gpu = s.state.free_schedulable()
     if s.free_gpu > 0:
         return False
-    return not s.state.wanted(queue)[3]  # (pending jobs asking for no GPU)
+    gpuless = s.gpuless.get(queue.name)
+    if gpuless is None:  # (``State.wanted`` counts its pending jobs asking for no GPU)
+        gpuless = s.gpuless[queue.name] = s.state.wanted(queue)[3] > 0
+    return not gpuless
 
 
 def _placed(s: Session, job: Job) -> None:
@@ -504,6 +507,7 @@ def _requeued(s: Session, victim: Job) -> None:
         s.leaves.append(queue)
         s.limited[queue.name] = limited(s.state, queue.name)
     s.requeued[victim.job] = None
+    s.gpuless.pop(queue.name, None)
     index = bisect_left(queue.pending, victim.pending_key)
     s.cursor[queue.name] = min(s.cursor.get(queue.name, 0), index)
     s.done.pop(queue.name, None)

@@ -84,6 +84,9 @@ class Session:
     """Victims of this cycle sent back to pending: tried again, but make no room."""
     free_gpu: int | None = None
     """Milli-GPUs free on schedulable nodes (None: to be summed; reset by each placement)."""
+    gpuless: dict[str, bool] = field(default_factory=dict)
+    """Per queue: whether any of its pending jobs asked for no GPU when first asked in the
+    cycle (``allocate._no_room_left``; dropped when a victim goes back to it)."""
     done: dict[str, None] = field(default_factory=dict)
     """Queues with nothing more to try this cycle."""
     skipping: dict[int, None] = field(default_factory=dict)
