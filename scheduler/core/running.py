@@ -175,6 +175,7 @@ class RunningIndex:
     def add(self, job: Job, leaf: str) -> None:
         job_id = job.job
         spots = gpu_spots(job)
+        gpus = job.request[0] > 0
         held = 0
         for _, milli in spots:
             held += milli
@@ -188,7 +189,6 @@ class RunningIndex:
             runtime = job.expected_runtime_ms
             raw = NEVER if runtime is None else began + runtime - job.checkpointed_ms
             end = (raw, job.seq, job_id)
-            gpus = job.request[0] > 0
             if raw <= self.mark:
                 insort(self.overrun if gpus else self.overrun_cpu, (job.seq, job_id))
             else:
@@ -217,7 +217,7 @@ class RunningIndex:
         if under:
             self.under.setdefault(under, {})[job_id] = None
         self.entries[job_id] = _Entry(
-            end, leaf, victim, key, held, under, job.preemptible, job.priority, job.request[0] > 0
+            end, leaf, victim, key, held, under, job.preemptible, job.priority, gpus
         )
 
     def remove(self, job_id: str) -> None:
@@ -288,15 +288,13 @@ class RunningIndex:
             starting.append((end, job.seq, job_id))
         starting.sort()
         # (lazy: a walk usually stops long before its end)
-        overruns = [o for o in (self.overrun, () if gpus_only else self.overrun_cpu) if o]
-        passed = heapq.merge(*overruns) if len(overruns) > 1 else overruns[0] if overruns else ()
+        passed = _merged([self.overrun] if gpus_only else [self.overrun, self.overrun_cpu])
         at_now = ((now, seq, job_id) for seq, job_id in passed)
-        futures = (self.future,) if gpus_only else (self.future, self.future_cpu)
+        futures = [self.future] if gpus_only else [self.future, self.future_cpu]
         if starting:  # (an end counted from now may tie with the overrun ones)
             return heapq.merge(at_now, *futures, starting)
         # Every overrun end is ``now`` and every future one later (``advance``).
-        later = [items for items in futures if items]
-        return chain(at_now, heapq.merge(*later) if len(later) > 1 else later[0] if later else ())
+        return chain(at_now, _merged(futures))
 
     def victims(self, state: State, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's preemptible jobs as sorted streams of ``VictimItem``: one per group
@@ -399,6 +397,13 @@ def _grouped(
 ) -> Iterator[VictimItem]:
     for neg_start, neg_seq, job_id in items:
         yield ((now + neg_start) * held // MILLI, neg_start, neg_seq, job_id, jobs[job_id], held)
+
+
+def _merged(orders: list[list[Any]]) -> Iterable[Any]:
+    """The sorted lists merged in order, lazily (one of them as it is, when it alone
+    holds anything)."""
+    held = [items for items in orders if items]
+    return heapq.merge(*held) if len(held) > 1 else held[0] if held else ()
 
 
 def _remove(items: list[Any], key: Any) -> None:
