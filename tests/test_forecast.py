@@ -216,20 +216,40 @@ def test_the_range_is_the_two_starts_in_time_order() -> None:
     assert (_first(None, None), _last(None, None)) == (None, None)
 
 
+def _a_long_overruns(ledger: Path, by_ms: int) -> tuple[Moment, dict[str, int]]:
+    """The moment 2 minutes into the ledger, and each unfinished job's runtime as stated
+    but a-long's, ``by_ms`` longer: b-whole's reservation falls due while a-long runs."""
+    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    runtimes = {
+        name: job.expected_runtime_ms or 0
+        for name, job in moment.fold.state.jobs.items()
+        if job.status != "succeeded"
+    }
+    runtimes["a-long"] += by_ms
+    return moment, runtimes
+
+
+def _cycle_moments(sim: Simulation) -> list[int]:
+    """The moments the simulation runs a cycle at from now on, as it runs them."""
+    moments: list[int] = []
+    step = sim._step
+
+    def counted(batch: list[Any], now: int) -> Any:
+        moments.append(now)
+        return step(batch, now)
+
+    sim._step = counted  # type: ignore[method-assign]
+    return moments
+
+
 def test_a_coarse_run_serves_a_due_reservation_in_the_next_event_s_cycle(ledger: Path) -> None:
     """a-long states an hour but runs 20 s longer: b-whole's reservation falls due at the
     hour while a-long still runs. Exact, that moment takes a cycle of its own; on the
     coarse grid it takes none, as a-long's end comes within the grid step and its cycle
     serves the due reservation. Both runs start b-whole at a-long's end."""
-    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    moment, runtimes = _a_long_overruns(ledger, 20_000)
     state = moment.fold.state
     promise = state.jobs["b-whole"].promise
-    runtimes = {
-        name: job.expected_runtime_ms or 0
-        for name, job in state.jobs.items()
-        if job.status != "succeeded"
-    }
-    runtimes["a-long"] += 20_000
     ran: dict[int, list[int]] = {}
     placed: dict[int, int] = {}
     for coarse in (0, 32):
@@ -237,16 +257,7 @@ def test_a_coarse_run_serves_a_due_reservation_in_the_next_event_s_cycle(ledger:
             _copy(state), runtimes, bind_ms=moment.bind_ms, startup_ms=moment.startup_ms,
             coarse=coarse,
         )  # fmt: skip
-        moments = ran[coarse] = []
-        step = sim._step
-
-        def counted(
-            batch: list[Any], now: int, step: Any = step, moments: list[int] = moments
-        ) -> Any:
-            moments.append(now)
-            return step(batch, now)
-
-        sim._step = counted  # type: ignore[method-assign]
+        ran[coarse] = _cycle_moments(sim)
         sim.carry_on(state.now + 86_400_000)
         placed[coarse] = sim.placed["b-whole"]
     a_end = state.jobs["a-long"].started_at + runtimes["a-long"]  # type: ignore[operator]
@@ -261,28 +272,15 @@ def test_a_wake_up_served_on_the_grid_gets_its_cycle_when_the_next_event_is_stal
     """The event a due wake-up waits for on the coarse grid may be about an attempt that
     has ended (it is dropped, no cycle): the wake-up goes along to that moment and still
     gets a cycle there, instead of none at all."""
-    moment = moment_of(LedgerDirReader(ledger).read(0), 120_000)
+    moment, runtimes = _a_long_overruns(ledger, 3_600_000)  # far past the grid step
     state = moment.fold.state
     promise = state.jobs["b-whole"].promise
-    runtimes = {
-        name: job.expected_runtime_ms or 0
-        for name, job in state.jobs.items()
-        if job.status != "succeeded"
-    }
-    runtimes["a-long"] += 3_600_000  # its real end is far past the grid step
     sim = Simulation.resume(
         _copy(state), runtimes, bind_ms=moment.bind_ms, startup_ms=moment.startup_ms,
         coarse=32,
     )  # fmt: skip
     stale = state.jobs["a-long"].attempt + 1  # an attempt the job never had
     sim._push(promise + 1_000, PodFinished(job="a-long", pod="a-long"), stale)
-    moments: list[int] = []
-    step = sim._step
-
-    def counted(batch: list[Any], now: int) -> Any:
-        moments.append(now)
-        return step(batch, now)
-
-    sim._step = counted  # type: ignore[method-assign]
+    moments = _cycle_moments(sim)
     sim.carry_on(promise + 10_000)
     assert promise not in moments and promise + 1_000 in moments
