@@ -138,6 +138,48 @@ def _follow(  # type: ignore[no-untyped-def]
                     )
                     assert summary.passes(limited, room, now, skipping) == passed
             lo += count
+        _check_held_run(blocks, pending, jobs, limited, now)
+        if seq % 2:
+            _keep_first_run(blocks, pending, jobs, limited, rooms[0], now)
+
+
+def _keep_first_run(  # type: ignore[no-untyped-def]
+    blocks: PendingBlocks, pending, jobs, limited: bool, room, now: int
+) -> None:
+    """Keep the first run of blocks held back whole, as a walk from the head would."""
+    lo = 0
+    first = None
+    for b, count in enumerate(blocks.counts):
+        if blocks.summary(b, pending, lo, jobs, skip_of).all_held(limited, room, now):
+            first = pending[lo] if first is None else first
+        elif first is not None:
+            blocks.keep(first, pending[lo], limited, room, now)
+            return
+        lo += count
+    blocks.keep(first, None, limited, room, now)
+
+
+def _check_held_run(  # type: ignore[no-untyped-def]
+    blocks: PendingBlocks, pending, jobs, limited: bool, now: int
+) -> None:
+    """The kept run, through every insertion and removal since, holds back each job in it
+    under its headroom and any smaller one, later, and no job outside it."""
+    run = blocks.held
+    if run is None:
+        return
+    smaller = tuple(bound - 1 for bound in run.headroom)
+    larger = [(*run.headroom[:i], run.headroom[i] + 1, *run.headroom[i + 1 :]) for i in range(4)]
+    for key in pending:
+        inside = run.first <= key and (run.stop is None or key < run.stop)
+        job = jobs[key[2]]
+        assert run.holds(key, limited, run.headroom, now) == inside
+        assert run.holds(key, limited, smaller, now + 1) == inside  # type: ignore[arg-type]
+        assert not run.holds(key, not limited, run.headroom, now)
+        assert not any(run.holds(key, limited, room, now) for room in larger)  # type: ignore[arg-type]
+        if inside:
+            assert job.backoff_until <= now
+            assert limited or not job.preemptible
+            assert admission_held(run.headroom, job.request, job.preemptible)
 
 
 @given(st.lists(requests, max_size=12))

@@ -231,6 +231,22 @@ def test_the_example_passes_over_held_blocks() -> None:
     assert any(passed)
 
 
+def test_the_example_passes_over_a_held_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the example above a later walk passes over a run of blocks an earlier one found
+    held back whole (``PendingBlocks.held``) in one step; the property above holds it to
+    the job-by-job ledger."""
+    jumps: list[bool] = []
+    real = pendingblocks.HeldRun.holds
+
+    def counting(self, key, limited, room, now):  # type: ignore[no-untyped-def]
+        jumps.append(real(self, key, limited, room, now))
+        return jumps[-1]
+
+    monkeypatch.setattr(pendingblocks.HeldRun, "holds", counting)
+    _ledger(_held_behind_a_limit(), PolicyFile(backfill=True), held_blocks(True, 2))
+    assert any(jumps)
+
+
 def _overrunning() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
     """A gang's reservation rests on a job expected to end at 100 s that runs on to
     900 s; jobs arrive before, at and after that end."""

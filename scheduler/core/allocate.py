@@ -37,6 +37,7 @@ from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import cycle_shares
 from scheduler.core.headroom import Headroom, admission_held
+from scheduler.core.pendingblocks import Key
 from scheduler.core.placement import (
     FailedShapes,
     Statement,
@@ -53,10 +54,17 @@ from scheduler.core.victims import Victims, make_room, preemption
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
 
+_KEPT_OFF_IDS = 4096
+"""Sets of nodes numbered (``_kept_off``) before the numbering starts afresh."""
+
 
 def allocate(state: State, emit: Emit) -> None:
     """Start what can start, queue by queue, until every queue is done for the cycle."""
     tuning = state.tuning
+    if len(state.kept_off_ids_cache) > _KEPT_OFF_IDS:
+        # Numbered afresh: the failures carried over (keyed by the old numbers) are dropped.
+        state.kept_off_ids_cache.clear()
+        state.failed_cache = None
     leaves = [q for q in state.leaf_queues() if q.pending]
     s = Session(
         state,
@@ -133,6 +141,10 @@ def _step(s: Session, queue: Queue, job: Job, index: int, *, head: bool) -> None
         _blocked(s, queue, job, reason)
     elif tried == "failed" and reason is None:
         missed(s, queue, job)  # behind a blocked head: a placement into the gap failed
+        # Its shape is in ``Session.failed`` now, kept off the same nodes: a later job of
+        # the same skip key would be ruled out there (``skipped``) until a placement,
+        # reservation or eviction, each of which empties ``skipping``.
+        _skipped(s, queue, job)
     elif queue.name in s.blocked:
         # Held back by its queue's limit or quota, or ruled out by the memo of failed
         # shapes: nothing was tried, so it is no backfill try (a queue's rules must not
@@ -193,35 +205,56 @@ def _skip_known(s: Session, queue: Queue, index: int) -> int:
     probe = min(index + tuning.probe, end) if tuning.skip_held and tuning.held_blocks else end
     at = _skip_jobs(s, queue, index, probe)
     if at == probe < end:
-        # A block of the pending order whose every job admission holds back is passed
-        # over whole (``pendingblocks``); the others job by job.
-        blocks = s.state.pending_blocks(queue)
-        jobs = s.state.jobs
-        now = s.state.now
-        limited = s.limited[queue.name]
-        room = _headroom(s, queue)
-        skipping = s.skipping if queue.name == s.skipping_queue else None
-        state = s.state
-        block = blocks.block(pending[at])
-        start = bisect_left(pending, blocks.starts[block])
-        counts, summaries = blocks.counts, blocks.summaries
-        while at < end:
-            stop = start + counts[block]
-            summary = summaries[block] or blocks.summary(
-                block, pending, start, jobs, lambda job: skip_id(state, job)
-            )
-            if summary.all_held(limited, room, now) or (
-                skipping is not None and summary.passes(limited, room, now, skipping)
-            ):
-                at = stop
-            else:
-                at = _skip_jobs(s, queue, at, stop)
-                if at < stop:
-                    break
-            block += 1
-            start = stop
+        at = _pass_blocks(s, queue, at)
     if at != index:
         s.cursor[queue.name] = at
+    return at
+
+
+def _pass_blocks(s: Session, queue: Queue, at: int) -> int:
+    """``_skip_known`` from ``at`` on by blocks of the pending order (``pendingblocks``): a
+    block whose every job admission holds back, or that holds only skip keys skipped
+    already, is passed over whole; the first other block job by job. The index where the
+    walk stops (or the end).
+
+    A run of blocks admission holds back whole is kept (``PendingBlocks.held``): a later
+    walk, in this cycle or another, passes over it in one step while the queue's headroom
+    is no larger (a congested queue's held backlog is then not summed up block by block at
+    every cycle)."""
+    state = s.state
+    pending = queue.pending
+    end = len(pending)
+    blocks = state.pending_blocks(queue)
+    limited = s.limited[queue.name]
+    room = _headroom(s, queue)
+    now = state.now
+    first: Key | None = None  # where the run of blocks held back whole being passed began
+    held = blocks.held
+    if held is not None and held.holds(pending[at], limited, room, now):
+        first = held.first
+        at = end if held.stop is None else bisect_left(pending, held.stop)
+    skipping = s.skipping if queue.name == s.skipping_queue else None
+    if at < end:
+        block = blocks.block(pending[at])
+        start = bisect_left(pending, blocks.starts[block])
+    while at < end:
+        stop = start + blocks.counts[block]
+        summary = blocks.summaries[block] or blocks.summary(
+            block, pending, start, state.jobs, lambda job: skip_id(state, job)
+        )
+        if summary.all_held(limited, room, now):
+            first = pending[start] if first is None else first
+        else:
+            blocks.keep(first, pending[start], limited, room, now)
+            first = None
+            if skipping is None or not summary.passes(limited, room, now, skipping):
+                at = _skip_jobs(s, queue, at, stop)
+                if at < stop:
+                    return at
+        at = stop
+        block += 1
+        start = stop
+    blocks.keep(first, None, limited, room, now)
     return at
 
 
@@ -538,8 +571,7 @@ def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     so nothing was tried (``Session.failed``).
     """
     state = s.state
-    allowed = blocked_nodes(state, job, s.reservations)
-    kept_off = tuple(allowed) if allowed else ()
+    allowed, kept_off = _kept_off(s, job)
     if not head and not s.failed.may_fit(job, kept_off):
         return "skipped"
     # Found no room by the end of the last cycle and none given back since: it fails.
@@ -576,7 +608,7 @@ def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
     (``victims.make_room``; never on free capacity alone, which would take the queue
     over its limit)."""
     state = s.state
-    allowed = blocked_nodes(state, job, s.reservations)
+    allowed, _ = _kept_off(s, job)
     with Statement(
         state.nodes, score=score_for(state, queue, job), index=state.free_index()
     ) as stmt:
@@ -585,6 +617,23 @@ def _try_preempting(s: Session, queue: Queue, job: Job) -> Tried:
         return "failed"
     _commit(s, job, _Plan(placements, evicted))
     return "placed"
+
+
+def _kept_off(s: Session, job: Job) -> tuple[dict[str, None] | None, int]:
+    """``blocked_nodes`` for the job, and a number for that set of nodes (0: none) that
+    the memos of failed shapes key on (``State.kept_off_ids_cache``): worked out once per
+    preemptibility and expected runtime, all it depends on besides the reservations made
+    so far (``Session.kept_off`` is emptied when they change)."""
+    key = (job.preemptible, job.expected_runtime_ms)
+    found = s.kept_off.get(key)
+    if found is None:
+        allowed = blocked_nodes(s.state, job, s.reservations)
+        number = 0
+        if allowed:
+            ids = s.state.kept_off_ids_cache
+            number = ids.setdefault(tuple(allowed), len(ids) + 1)
+        found = s.kept_off[key] = (allowed, number)
+    return found
 
 
 def _make_room(
@@ -639,6 +688,7 @@ def _reopen(s: Session) -> None:
     s.misses.clear()
     s.reservations.clear()
     s.reserved_nodes.clear()
+    s.kept_off.clear()
     s.ranked = []
     s.skipping.clear()
     s.admissions.clear()

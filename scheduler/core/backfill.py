@@ -100,6 +100,7 @@ def reserve(s: Session, queue: Queue, job: Job) -> None:
     if reservation is not None:
         s.reservations.append(reservation)
         s.reserved_nodes.update(reservation.nodes)
+        s.kept_off.clear()
 
 
 def _planned(s: Session, job: Job) -> Reservation | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from scheduler.core.headroom import Headroom, admission_held
@@ -93,6 +93,36 @@ def minimal(requests: list[Request]) -> list[Request]:
     return kept
 
 
+@dataclass(frozen=True, slots=True)
+class HeldRun:
+    """Consecutive pending keys, from ``first`` up to (not including) ``stop`` (None: to the
+    end of the order), whose every job admission held back at ``now`` under ``headroom``
+    (with ``limited`` as given), none backing off. Under a headroom no larger in any bound,
+    later, it holds each back still (``admission_held`` asks whether a request exceeds a
+    bound; back-offs end, and a job's back-off is set only as it goes back to pending). A
+    job put into the run cuts it there (``PendingBlocks.added``); one taken out leaves the
+    others held."""
+
+    first: Key
+    stop: Key | None
+    limited: bool
+    headroom: Headroom
+    now: int
+
+    def holds(self, key: Key, limited: bool, headroom: Headroom, now: int) -> bool:
+        """Whether the run holds ``key`` back under ``headroom`` at ``now``."""
+        return (
+            self.first <= key
+            and (self.stop is None or key < self.stop)
+            and limited == self.limited
+            and now >= self.now
+            and headroom[0] <= self.headroom[0]
+            and headroom[1] <= self.headroom[1]
+            and headroom[2] <= self.headroom[2]
+            and headroom[3] <= self.headroom[3]
+        )
+
+
 SkipOf = Callable[["Job"], int]
 """A job's skip key id (``allocate.skip_id``; -1: it has none)."""
 
@@ -136,6 +166,9 @@ class PendingBlocks:
     size: int = 32
     """Jobs per block as the blocks are first cut (``Tuning.block``); a block that grows
     past twice this is cut in two."""
+    held: HeldRun | None = None
+    """The last run of whole blocks a walk found held back by admission
+    (``allocate._pass_blocks``), valid across cycles as ``HeldRun`` says."""
 
     @classmethod
     def of(cls, pending: list[Key], size: int) -> PendingBlocks:
@@ -147,6 +180,9 @@ class PendingBlocks:
 
     def added(self, pending: list[Key], key: Key) -> None:
         """``key`` was put into ``pending`` (which holds it now)."""
+        held = self.held
+        if held is not None and held.first <= key and (held.stop is None or key < held.stop):
+            self.held = replace(held, stop=key) if held.first < key else None
         starts = self.starts
         if not starts:
             starts.append(key)
@@ -177,6 +213,14 @@ class PendingBlocks:
             del self.starts[b]
             del self.counts[b]
             del self.summaries[b]
+
+    def keep(
+        self, first: Key | None, stop: Key | None, limited: bool, headroom: Headroom, now: int
+    ) -> None:
+        """Keep the run of blocks held back whole from ``first`` to ``stop`` (``held``);
+        nothing when ``first`` is None (no run)."""
+        if first is not None:
+            self.held = HeldRun(first, stop, limited, headroom, now)
 
     def block(self, key: Key) -> int:
         """The block that holds ``key``."""

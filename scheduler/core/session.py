@@ -50,6 +50,12 @@ class Session:
     """Reservations by plain gang shape (the same shape on the same nodes reserves the same
     nodes at the same time) and by job with the jobs backfilled under it, until a
     placement changes the nodes (then cleared; ``backfill._planned``)."""
+    kept_off: dict[tuple[bool, int | None], tuple[dict[str, None] | None, int]] = field(
+        default_factory=dict
+    )
+    """Per (preemptible, expected runtime): the nodes such a job keeps off
+    (``backfill.blocked_nodes``) and their number, while the reservations stay as they are
+    (``allocate._kept_off``; emptied when one is made or all are dropped)."""
     failed: FailedShapes = field(default_factory=FailedShapes)
     """Jobs that found no room, by shape: free capacity only shrinks between evictions, so
     a job asking no less fails too (cleared when victims are evicted)."""

@@ -383,6 +383,10 @@ class State:
     skip_ids_cache: dict[tuple[object, ...], int] = field(default_factory=dict)
     """Cache: a number for each skip key seen (``allocate.skip_id``): the walk behind a
     blocked head compares numbers, not nested tuples."""
+    kept_off_ids_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
+    """Cache: a number (from 1) for each set of nodes a job behind a reservation keeps off
+    (``allocate._kept_off``): the memos of failed shapes key on it, as a tuple of node names
+    would be hashed at every look-up."""
     stale: dict[str, None] = field(default_factory=dict)
     """Running gangs below their minimum, by when they fell (insertion order)."""
     wakeup: int | None = None
