@@ -42,6 +42,7 @@ from replay.config import (
 from scheduler.core import allocate as allocate_module
 from scheduler.core import apply, cycle, fair_shares, pendingblocks
 from scheduler.core import backfill as backfill_module
+from scheduler.core import policy as policy_module
 from scheduler.core.admission import admission_headroom, admission_reason
 from scheduler.core.headroom import admission_held
 from scheduler.core.placement import Statement
@@ -491,3 +492,78 @@ def test_the_walk_goes_on_past_a_cpu_job_placed_in_the_gap() -> None:
     told = {d.job: d.reason for d in decisions if isinstance(d, JobUnschedulable)}
     assert told["head"].startswith("waiting for a reservation of 2 nodes")
     assert told["gpu"].startswith("waits behind job 'head'")
+
+
+def _two_kinds_behind_a_gang() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
+    """A cluster with a GPU free per node and a blocked 2-node gang; behind it, arriving
+    one by one, 2-GPU jobs of two expected runtimes (two skip keys) that find no room: the
+    walks pass over blocks of keys skipped already (``Summary.passes``)."""
+    jobs = [
+        JobSpec(name=f"run{i}", queue="q0", at_s=0, runtime_s=3000, gpus_per_pod=3)
+        for i in range(2)
+    ]
+    jobs.append(JobSpec(name="gang", queue="q0", at_s=1, runtime_s=100, pods=2, gpus_per_pod=4))
+    jobs += [
+        JobSpec(
+            name=f"j{i:03d}",
+            queue="q0",
+            at_s=2 + i,
+            runtime_s=100,
+            gpus_per_pod=2,
+            expected_runtime_s=100 + 50 * (i % 2),
+        )
+        for i in range(24)
+    ]
+    return (
+        ClusterFile(nodes=[NodeGroup(name="g", count=2, gpus=4)]),
+        QueuesFile(queues=[QueueSpec(name="q0", deserved_gpus=8)]),
+        WorkloadFile(jobs=jobs),
+    )
+
+
+@example(_held_behind_a_limit(), PolicyFile(backfill=True), held_blocks(True, 2))
+@example(_two_kinds_behind_a_gang(), PolicyFile(backfill=True), held_blocks(True, 2))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(congested(), many_queues()),
+    BACKFILL_KNOBS,
+    st.sampled_from([DEFAULT, held_blocks(True, 2)]),
+)
+def test_numbering_skip_keys_afresh_decides_the_same(scenario, knobs, tuning) -> None:  # type: ignore[no-untyped-def]
+    """A cycle after ``allocate.renumber`` (which a live scheduler reaches once it has
+    numbered thousands of skip keys or node sets) decides as one before it: the ledger
+    replays with the numbers and every memo holding one forgotten before every cycle
+    (with blocks of two jobs, the walks read the blocks' summaries of skip keys too)."""
+    cluster, queues, workload = scenario
+    _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
+    renumbered = []
+
+    def after_renumbering(state: State, emit):  # type: ignore[no-untyped-def]
+        state.tuning = tuning  # shortcuts only: the same decisions
+        numbered = bool(state.skip_ids_cache or state.kept_off_ids_cache)
+        allocate_module.renumber(state)
+        # Shift the fresh numbers from cycle to cycle, so a memo left holding an old one
+        # would read it as another key.
+        for k in range(len(renumbered) % 3):
+            state.skip_ids_cache[("shifted", k)] = k
+            state.kept_off_ids_cache[("shifted", str(k))] = k + 1
+        renumbered.append(numbered)
+        allocate_module.allocate(state, emit)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(policy_module, "allocate", after_renumbering)
+        result = replay(ledger)
+    assert result.ok, result.mismatch and result.mismatch.diff()
+    assert result.cycles == 0 or renumbered
+
+
+def test_the_example_numbers_afresh_what_it_numbered() -> None:
+    """The example above has numbers to forget: the property is not vacuous there."""
+    _, ledger = simulate(
+        *_held_behind_a_limit(), policy_event("gpuledger", PolicyFile(backfill=True))
+    )
+    state = replay(ledger).state
+    assert state.skip_ids_cache
+    allocate_module.renumber(state)
+    assert not state.skip_ids_cache and state.failed_cache is None
+    assert all(shape.skip_id == -2 for shape in state.shape_cache.values())

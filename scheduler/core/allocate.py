@@ -54,17 +54,17 @@ from scheduler.core.victims import Victims, make_room, preemption
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
 
-_KEPT_OFF_IDS = 4096
-"""Sets of nodes numbered (``_kept_off``) before the numbering starts afresh."""
+_NUMBERED = 4096
+"""Skip keys (``skip_id``) or kept-off node sets (``_kept_off``) numbered before the
+numbering starts afresh (``renumber``): a live scheduler meets new ones for as long as it
+runs."""
 
 
 def allocate(state: State, emit: Emit) -> None:
     """Start what can start, queue by queue, until every queue is done for the cycle."""
     tuning = state.tuning
-    if len(state.kept_off_ids_cache) > _KEPT_OFF_IDS:
-        # Numbered afresh: the failures carried over (keyed by the old numbers) are dropped.
-        state.kept_off_ids_cache.clear()
-        state.failed_cache = None
+    if len(state.kept_off_ids_cache) > _NUMBERED or len(state.skip_ids_cache) > _NUMBERED:
+        renumber(state)
     leaves = [q for q in state.leaf_queues() if q.pending]
     s = Session(
         state,
@@ -95,6 +95,21 @@ def allocate(state: State, emit: Emit) -> None:
             state.reserved[node] = min(r.start, state.reserved.get(node, r.start))
     keep_plans(s)
     keep_failures(s)
+
+
+def renumber(state: State) -> None:
+    """Forget the numbers given to skip keys and kept-off node sets, and every memo that
+    holds one: the numbers each job's shape caches, the pending blocks' summaries (keyed
+    by skip key; their held runs hold none) and the failures carried over (keyed by node
+    set). A cycle after it numbers them afresh as it meets them; numbers are only ever
+    compared with each other, so it decides the same (``tests/test_skip_held.py``)."""
+    state.skip_ids_cache.clear()
+    state.kept_off_ids_cache.clear()
+    state.failed_cache = None
+    for shape in state.shape_cache.values():
+        shape.skip_id = -2
+    for blocks in state.blocks_cache.values():
+        blocks.summaries = [None] * len(blocks.summaries)
 
 
 def carried_failures(state: State) -> FailedShapes | None:
