@@ -536,18 +536,17 @@ def test_numbering_skip_keys_afresh_decides_the_same(scenario, knobs, tuning) ->
     (with blocks of two jobs, the walks read the blocks' summaries of skip keys too)."""
     cluster, queues, workload = scenario
     _, ledger = simulate(cluster, queues, workload, policy_event("gpuledger", knobs))
-    renumbered = []
+    renumbered: list[None] = []  # one per cycle renumbered
 
     def after_renumbering(state: State, emit):  # type: ignore[no-untyped-def]
         state.tuning = tuning  # shortcuts only: the same decisions
-        numbered = bool(state.skip_ids_cache or state.kept_off_ids_cache)
         allocate_module.renumber(state)
         # Shift the fresh numbers from cycle to cycle, so a memo left holding an old one
         # would read it as another key.
         for k in range(len(renumbered) % 3):
             state.skip_ids_cache[("shifted", k)] = k
             state.kept_off_ids_cache[("shifted", str(k))] = k + 1
-        renumbered.append(numbered)
+        renumbered.append(None)
         allocate_module.allocate(state, emit)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -109,11 +109,14 @@ class HeldRun:
     headroom: Headroom
     now: int
 
+    def covers(self, key: Key) -> bool:
+        """Whether ``key`` lies within the run."""
+        return self.first <= key and (self.stop is None or key < self.stop)
+
     def holds(self, key: Key, limited: bool, headroom: Headroom, now: int) -> bool:
         """Whether the run holds ``key`` back under ``headroom`` at ``now``."""
         return (
-            self.first <= key
-            and (self.stop is None or key < self.stop)
+            self.covers(key)
             and limited == self.limited
             and now >= self.now
             and headroom[0] <= self.headroom[0]
@@ -181,7 +184,7 @@ class PendingBlocks:
     def added(self, pending: list[Key], key: Key) -> None:
         """``key`` was put into ``pending`` (which holds it now)."""
         held = self.held
-        if held is not None and held.first <= key and (held.stop is None or key < held.stop):
+        if held is not None and held.covers(key):
             self.held = replace(held, stop=key) if held.first < key else None
         starts = self.starts
         if not starts:
