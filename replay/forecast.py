@@ -1,18 +1,26 @@
 """When will a pending job start? Forecasts from the state at a moment of a ledger.
 
 The forecast runs the real policy forward from the core's state at that moment
-(``replay.sim.Simulation.resume``): running jobs end when their runtime estimates say, pods
-bind and start as the ledger's own timing did, and no new work arrives. A pending job's
-forecast start is when that run starts its gang. It is run twice: with every job's median
-runtime estimate (the earlier start) and with its 90th-percentile one (the later start), so
-the forecast is a range. A job not started within the horizon is forecast "later than" its
-end.
+(``replay.sim.Simulation.resume``): running jobs end when their runtimes say, pods bind and
+start as the ledger's own timing did, and no new work arrives. A pending job's forecast
+start is when that run starts its gang. A job not started within the horizon is forecast
+"later than" its end.
 
-Runtime estimates, in this order: the job's own ``expected_runtime_ms`` (the same for both
-runs); what the ledger's history says of completed jobs like it — by queue, gang size and
-priority class, falling back to queue and gang size, then queue, then every job — as
-median and 90th percentile; else none. A job without an estimate that runs is taken to run
+Runtime estimates, in this order: the job's own ``expected_runtime_ms``; what the ledger's
+history says of completed jobs like it — by queue, gang size, GPUs and priority class,
+falling back to coarser groups, down to every job — as the runtimes of those that ran at
+least as long as it has; else none. A job without an estimate that runs is taken to run
 past the horizon, so whatever waits behind it is "later than" too.
+
+The run is made ``samples`` times (``SAMPLES``). In each, every job whose runtime is learned
+draws one from its estimate's distribution, at a quantile its name and the run's number
+fix (``draw_at``: the runs spread each job's draws evenly, and reruns are identical). The
+forecast start is the middle of the runs' starts, and its range is the earliest to the
+latest. One run with every job's median would forecast wrong both ways: the first of many
+ends comes sooner than any one job's median, and a long queue drains by the runtimes'
+mean, which for skewed runtimes is well above their median (``python -m bench.forecast``
+measured that as a 64-hour early bias on the congested trace). Where every runtime is
+given, the runs are one.
 
 A forecast is a read-side computation: it never enters a ledger, and the state it starts
 from is a copy.
@@ -21,15 +29,16 @@ from is a copy.
 from __future__ import annotations
 
 import bisect
+import zlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import msgspec
 
 from events.codec import DecodeError, Envelope, decode_event
 from events.ledgertime import format_at, format_duration, is_wall_clock
-from events.model import JobSubmitted, PodBound, PodsAllocated, PodStarted
+from events.model import JobSubmitted, PodBound, PodsAllocated, PodSpec, PodStarted
 from replay.config import ConfigError, WorkloadFile, parse
 from replay.sim import SimJob, Simulation, expand
 from scheduler.core.apply import apply
@@ -73,67 +82,109 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """A runtime estimate: median and 90th percentile in ms (None: no estimate), and
-    where it comes from (``given``, a group of the history, or ``unknown``)."""
+    """A runtime estimate: median and 90th percentile in ms (None: no estimate), where it
+    comes from (``given``, a group of the history, or ``unknown``) and the distribution
+    ``draw`` samples: ``runtimes[lo:]`` (sorted: the group's that ran as long), or, for a
+    job that outran them all after ``ran_ms``, a tail with ``p50_ms`` and ``p90_ms`` at
+    twice and ten times that; neither: every draw is ``p50_ms``."""
 
     p50_ms: int | None
     p90_ms: int | None
     source: str
+    runtimes: Sequence[int] = ()
+    lo: int = 0
+    ran_ms: int = 0
+
+    def draw(self, u: float) -> int | None:
+        """The runtime at quantile ``u`` (0 ≤ u < 1) of the distribution."""
+        if self.runtimes:
+            return self.runtimes[self.lo + int(u * (len(self.runtimes) - self.lo))]
+        if self.ran_ms:  # P(T > t | T > ran) = ran / t: the quantile u is ran / (1 - u)
+            return round(self.ran_ms / (1.0 - min(u, TAIL_U)))
+        return self.p50_ms
 
 
 UNKNOWN = Estimate(None, None, "unknown: no estimate given and no history like it")
+SAMPLES = 7
+"""Runs per forecast where runtimes are learned: with the truth drawn like the runs, the
+earliest-to-latest range of 7 holds it 6 times in 8."""
+TAIL_U = 0.95
+"""The highest quantile drawn from the tail of a job that has outrun its whole group."""
 
 
-def _percentile(sorted_values: list[int], q: float) -> int:
-    """Nearest-rank percentile of a sorted list (not empty)."""
-    rank = max(1, -(-len(sorted_values) * q // 1))
-    return sorted_values[int(rank) - 1]
+def _percentile(sorted_values: Sequence[int], q: float, lo: int = 0) -> int:
+    """Nearest-rank percentile of ``sorted_values[lo:]`` (not empty)."""
+    rank = max(1, -(-(len(sorted_values) - lo) * q // 1))
+    return sorted_values[lo + int(rank) - 1]
+
+
+def draw_at(name: str, run: int, runs: int) -> float:
+    """The quantile job ``name`` draws its runtime at in run ``run`` of ``runs``: a fixed
+    point of [0, 1) per name (its CRC-32: the same in every process), moved on by
+    ``1/runs`` per run, so each job's draws are spread evenly and jobs' draws differ."""
+    return (zlib.crc32(name.encode()) / 2**32 + run / runs) % 1.0
 
 
 @dataclass(slots=True)
 class RuntimeModel:
-    """Completed runtimes (ms) by group: (queue, pods, priority class), (queue, pods),
-    (queue,) and () for every job."""
+    """Completed runtimes (ms) by group: (queue, pods, GPUs in milli, priority class),
+    (queue, pods, priority class), (queue, pods), (queue,) and () for every job."""
 
     groups: dict[tuple[object, ...], list[int]] = field(default_factory=dict)
 
-    def add(self, queue: str, pods: int, priority_class: str, runtime_ms: int) -> None:
+    def add(
+        self, queue: str, pods: int, gpu_milli: int, priority_class: str, runtime_ms: int
+    ) -> None:
         """Note one completed job's runtime."""
-        for key in ((queue, pods, priority_class), (queue, pods), (queue,), ()):
+        for key, _ in _groups(queue, pods, gpu_milli, priority_class):
             bisect.insort(self.groups.setdefault(key, []), runtime_ms)
 
-    def estimate(self, queue: str, pods: int, priority_class: str, elapsed_ms: int = 0) -> Estimate:
+    def estimate(
+        self, queue: str, pods: int, gpu_milli: int, priority_class: str, elapsed_ms: int = 0
+    ) -> Estimate:
         """The finest group with at least ``MIN_SAMPLES`` completed jobs, or ``UNKNOWN``.
 
         For a job that has run ``elapsed_ms`` already, only the runtimes longer than that
         count (how long jobs like it that got this far ran); when none of the group got
         this far, the job is taken to run as long again as it has (median) or nine times
         as long (90th percentile): the longer a job has run, the longer it is likely to."""
-        for key, what in (
-            ((queue, pods, priority_class), f"queue {queue}, {pods} pods, {priority_class}"),
-            ((queue, pods), f"queue {queue}, {pods} pods"),
-            ((queue,), f"queue {queue}"),
-            ((), "every queue"),
-        ):
+        for key, what in _groups(queue, pods, gpu_milli, priority_class):
             runtimes = self.groups.get(key)
             if runtimes is None or len(runtimes) < MIN_SAMPLES:
                 continue
-            longer = (
-                runtimes[bisect.bisect_right(runtimes, elapsed_ms) :] if elapsed_ms else runtimes
-            )
-            if not longer:
+            lo = bisect.bisect_right(runtimes, elapsed_ms) if elapsed_ms else 0
+            if lo == len(runtimes):
                 return Estimate(
                     2 * elapsed_ms,
                     10 * elapsed_ms,
                     f"history: {what}: ran longer than any of its {len(runtimes)} completed",
+                    ran_ms=elapsed_ms,
                 )
             return Estimate(
-                _percentile(longer, 0.5),
-                _percentile(longer, 0.9),
-                f"history: {what} (median and p90 of {len(longer)} completed"
+                _percentile(runtimes, 0.5, lo),
+                _percentile(runtimes, 0.9, lo),
+                f"history: {what} (median and p90 of {len(runtimes) - lo} completed"
                 + (" that ran as long)" if elapsed_ms else ")"),
+                runtimes,
+                lo,
             )
         return UNKNOWN
+
+
+def _groups(
+    queue: str, pods: int, gpu_milli: int, priority_class: str
+) -> tuple[tuple[tuple[object, ...], str], ...]:
+    """A job's groups of the history, finest first, each with how a reason names it."""
+    return (
+        (
+            (queue, pods, gpu_milli, priority_class),
+            f"queue {queue}, {pods} pods, {gpu_milli / 1000:g} GPUs, {priority_class}",
+        ),
+        ((queue, pods, priority_class), f"queue {queue}, {pods} pods, {priority_class}"),
+        ((queue, pods), f"queue {queue}, {pods} pods"),
+        ((queue,), f"queue {queue}"),
+        ((), "every queue"),
+    )
 
 
 def learn(outcomes: Iterable[JobOutcome]) -> RuntimeModel:
@@ -147,7 +198,13 @@ def learn(outcomes: Iterable[JobOutcome]) -> RuntimeModel:
             and job.ready_at_ms is not None
             and job.finished_at_ms is not None
         ):
-            model.add(job.queue, job.pods, job.priority_class, job.finished_at_ms - job.ready_at_ms)
+            model.add(
+                job.queue,
+                job.pods,
+                job.gpu_milli,
+                job.priority_class,
+                job.finished_at_ms - job.ready_at_ms,
+            )
     return model
 
 
@@ -243,15 +300,10 @@ def _median(values: list[int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
-    """One job's forecast: the range of when it is placed with median and with
-    90th-percentile runtimes (None: not within the horizon), the earlier of the two
-    first; the start with median runtimes (the range's point); the horizon's end; its
-    position in its queue (1 first); the core's reason it waits at the moment; and the
-    estimate it used.
-
-    Longer runtimes do not always start a job later: another queue holding its GPUs
-    longer can fall behind it in the fair-share order. So the range is the two starts in
-    time order, not median then p90."""
+    """One job's forecast: its start in the middle run (``median_ms``), the range of its
+    starts over the runs (``earliest_ms`` to ``latest_ms``; None: not within the
+    horizon), the horizon's end, its position in its queue (1 first), the core's reason it
+    waits at the moment and the estimate it used."""
 
     job: str
     queue: str
@@ -264,8 +316,9 @@ class Forecast:
     estimate: Estimate
 
     def row(self, now: int) -> dict[str, object]:
-        """As the CLI and the console show it: the range as ledger times (``now`` within a
-        second of the moment, ``later than …`` beyond the horizon) and as waits."""
+        """As the CLI and the console show it: the start and its range as ledger times
+        (``now`` within a second of the moment, ``later than …`` beyond the horizon) and
+        as waits."""
         wall = is_wall_clock(now)
 
         def when(ms: int | None) -> str:
@@ -276,13 +329,17 @@ class Forecast:
         def wait(ms: int | None) -> str:
             return "-" if ms is None else format_duration(max(0, ms - now) / 1000)
 
-        same = self.latest_ms == self.earliest_ms
+        def spread(show: Callable[[int | None], str]) -> str:
+            if self.earliest_ms == self.latest_ms:
+                return show(self.median_ms)
+            return f"{show(self.median_ms)} ({show(self.earliest_ms)} – {show(self.latest_ms)})"
+
         return {
             "job": self.job,
             "queue": self.queue,
             "position": self.position,
-            "start": when(self.earliest_ms) + ("" if same else f" – {when(self.latest_ms)}"),
-            "wait": wait(self.earliest_ms) + ("" if same else f" – {wait(self.latest_ms)}"),
+            "start": spread(when),
+            "wait": spread(wait),
             "earliest_ms": self.earliest_ms,
             "latest_ms": self.latest_ms,
             "median_ms": self.median_ms,
@@ -314,7 +371,9 @@ def estimates(
         elapsed = 0
         if job.started_at is not None:  # what it has run, in all its attempts
             elapsed = state.now - job.started_at + job.checkpointed_ms
-        out[job.job] = model.estimate(job.queue, len(job.pods), job.priority_class, elapsed)
+        out[job.job] = model.estimate(
+            job.queue, len(job.pods), _gpu_milli(job.pods), job.priority_class, elapsed
+        )
     return out
 
 
@@ -397,12 +456,15 @@ def forecast(
     jobs: Iterable[str] | None = None,
     arrivals: str = "none",
     coarse: int = COARSE,
+    samples: int = SAMPLES,
 ) -> list[Forecast]:
     """The forecast of every pending job at the moment (or of ``jobs`` only, which lets
     the runs stop once those have started), assuming ``arrivals`` (``ARRIVALS``), to the
-    precision ``coarse`` gives (``COARSE``; 0: exact)."""
+    precision ``coarse`` gives (``COARSE``; 0: exact), from ``samples`` runs."""
     if arrivals not in ARRIVALS:
         raise ValueError(f"arrivals {arrivals!r}: expected one of {', '.join(ARRIVALS)}")
+    if samples < 1:
+        raise ValueError(f"samples {samples}: expected at least 1")
     state = moment.fold.state
     model = learn(moment.fold.jobs.values())
     known = estimates(state, model, given)
@@ -415,52 +477,87 @@ def forecast(
     ]
     # The run can stop once every job asked about (every pending one) has started.
     targets = {name for _, _, name in pending} if jobs is None else set(jobs)
-    again = _repeated(moment, until) if arrivals == "recent" else []
+    again = [
+        (when, event, _arrival_estimate(model, given, original, event))
+        for when, original, event in (_repeated(moment, until) if arrivals == "recent" else [])
+    ]
 
-    def inputs(which: int) -> tuple[dict[str, int], list[SimJob]]:
-        runtimes = {j: (e.p50_ms, e.p90_ms)[which] or never for j, e in known.items()}
-        new: list[SimJob] = []
-        for when, original, event in again:
-            stated = given.get(original) if given is not None else event.expected_runtime_ms
-            guess = model.estimate(event.queue, len(event.pods), event.priority_class)
-            runtime = stated if stated is not None else (guess.p50_ms, guess.p90_ms)[which]
-            new.append(SimJob(when, event, runtime or never))
+    def inputs(run: int) -> tuple[dict[str, int], list[SimJob]]:
+        runtimes = {j: e.draw(draw_at(j, run, samples)) or never for j, e in sorted(known.items())}
+        new = [
+            SimJob(when, event, e.draw(draw_at(event.job, run, samples)) or never)
+            for when, event, e in again
+        ]
         return runtimes, new
 
-    (early_runtimes, early_arrivals), (late_runtimes, late_arrivals) = inputs(0), inputs(1)
-    early, reasons = _run(state, early_runtimes, moment, until, targets, early_arrivals, coarse)
-    # The policy is deterministic: where every estimate's median is its 90th percentile
-    # (all given), the later run would be the earlier one again.
-    late = (
-        early
-        if (late_runtimes, late_arrivals) == (early_runtimes, early_arrivals)
-        else _run(state, late_runtimes, moment, until, targets, late_arrivals, coarse)[0]
-    )
+    reasons: dict[str, str] = {}
+    runs: list[tuple[tuple[dict[str, int], list[SimJob]], dict[str, int]]] = []
+    for run in range(samples):
+        drawn = inputs(run)
+        # The policy is deterministic: a run whose draws are an earlier run's (every
+        # runtime given) would place every job as that one did.
+        placed = next((out for seen, out in runs if seen == drawn), None)
+        if placed is None:
+            runtimes, new = drawn
+            placed, first = _run(state, runtimes, moment, until, targets, new, coarse)
+            reasons = reasons or first
+        runs.append((drawn, placed))
     return [
-        Forecast(
-            job=name,
-            queue=queue,
-            position=position,
-            earliest_ms=_first(early.get(name), late.get(name)),
-            latest_ms=_last(early.get(name), late.get(name)),
-            median_ms=early.get(name),
-            horizon_end_ms=until,
-            reason=reasons.get(name, state.jobs[name].reason),
-            estimate=known.get(name, UNKNOWN),
+        _forecast_of(
+            name,
+            queue,
+            position,
+            [placed.get(name) for _, placed in runs],
+            until,
+            reasons.get(name, state.jobs[name].reason),
+            known.get(name, UNKNOWN),
         )
         for queue, position, name in pending
         if name in targets
     ]
 
 
-def _first(a: int | None, b: int | None) -> int | None:
-    """The earlier of two starts (None: beyond the horizon)."""
-    return b if a is None else a if b is None else min(a, b)
+def _arrival_estimate(
+    model: RuntimeModel, given: Mapping[str, int] | None, original: str, event: JobSubmitted
+) -> Estimate:
+    """A repeated submission's estimate: as given for the job it repeats, else as the
+    history says of a job like it that has not run yet."""
+    stated = given.get(original) if given is not None else event.expected_runtime_ms
+    if stated is not None:
+        return Estimate(stated, stated, "given")
+    return model.estimate(
+        event.queue, len(event.pods), _gpu_milli(event.pods), event.priority_class
+    )
 
 
-def _last(a: int | None, b: int | None) -> int | None:
-    """The later of two starts (None: beyond the horizon)."""
-    return None if a is None or b is None else max(a, b)
+def _forecast_of(
+    name: str,
+    queue: str,
+    position: int,
+    starts: list[int | None],
+    until: int,
+    reason: str,
+    estimate: Estimate,
+) -> Forecast:
+    """A job's forecast from its start in each run (None: not within the horizon): the
+    middle one, and the earliest to the latest."""
+    ordered = sorted(starts, key=lambda at: (at is None, at or 0))
+    return Forecast(
+        job=name,
+        queue=queue,
+        position=position,
+        earliest_ms=ordered[0],
+        latest_ms=ordered[-1],
+        median_ms=ordered[len(ordered) // 2],
+        horizon_end_ms=until,
+        reason=reason,
+        estimate=estimate,
+    )
+
+
+def _gpu_milli(pods: Iterable[PodSpec]) -> int:
+    """A job's GPUs (milli) over all its pods: part of the group its history is."""
+    return sum(p.gpu_milli for p in pods)
 
 
 def _pending(state: State, queue: str) -> Iterator[str]:
@@ -484,7 +581,12 @@ def job_from_yaml(raw: bytes | str, source: str) -> JobSubmitted:
 
 
 def sooner(
-    moment: Moment, job: JobSubmitted, *, horizon_ms: int = HORIZON_MS, arrivals: str = "none"
+    moment: Moment,
+    job: JobSubmitted,
+    *,
+    horizon_ms: int = HORIZON_MS,
+    arrivals: str = "none",
+    samples: int = SAMPLES,
 ) -> list[dict[str, str]]:
     """What would make ``job`` (not yet submitted) start sooner: half its gang, each other
     leaf queue (at most six), and the free GPUs it lacks now; each with its forecast start."""
@@ -495,7 +597,9 @@ def sooner(
         with_it = submit(moment, changed)
         if isinstance(with_it, str):
             return f"refused: {with_it}"
-        (f,) = forecast(with_it, horizon_ms=horizon_ms, jobs=[changed.job], arrivals=arrivals)
+        (f,) = forecast(
+            with_it, horizon_ms=horizon_ms, jobs=[changed.job], arrivals=arrivals, samples=samples
+        )
         return str(f.row(now)["start"])
 
     out: list[dict[str, str]] = []

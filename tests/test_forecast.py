@@ -12,13 +12,16 @@ import pytest
 from events.filelog import LedgerDirReader
 from events.model import JobSubmitted, PodFinished, PodSpec
 from replay.forecast import (
+    TAIL_U,
+    UNKNOWN,
+    Estimate,
     Moment,
     Recent,
     RuntimeModel,
     _copy,
-    _first,
-    _last,
+    _forecast_of,
     _repeated,
+    draw_at,
     forecast,
     moment_of,
     submit,
@@ -132,15 +135,15 @@ def test_a_job_the_scheduler_would_refuse_is_refused_with_its_reason(
 def test_the_history_estimates_jobs_like_it_that_ran_as_long() -> None:
     model = RuntimeModel()
     for minutes in (10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
-        model.add("q", 1, "train", minutes * 60_000)
-    fresh = model.estimate("q", 1, "train")
+        model.add("q", 1, 1000, "train", minutes * 60_000)
+    fresh = model.estimate("q", 1, 1000, "train")
     assert (fresh.p50_ms, fresh.p90_ms) == (50 * 60_000, 90 * 60_000)
-    ran = model.estimate("q", 1, "train", elapsed_ms=65 * 60_000)  # 70..100 ran this long
+    ran = model.estimate("q", 1, 1000, "train", elapsed_ms=65 * 60_000)  # 70..100 ran this long
     assert (ran.p50_ms, ran.p90_ms) == (80 * 60_000, 100 * 60_000)
-    beyond = model.estimate("q", 1, "train", elapsed_ms=120 * 60_000)
+    beyond = model.estimate("q", 1, 1000, "train", elapsed_ms=120 * 60_000)
     assert beyond.p50_ms == 240 * 60_000 and "longer than any" in beyond.source
-    assert model.estimate("other", 4, "train").source.startswith("history: every queue")
-    assert RuntimeModel().estimate("q", 1, "train").p50_ms is None
+    assert model.estimate("other", 4, 1000, "train").source.startswith("history: every queue")
+    assert RuntimeModel().estimate("q", 1, 1000, "train").p50_ms is None
 
 
 def test_a_coarse_forecast_is_within_its_step(ledger: Path) -> None:
@@ -206,14 +209,81 @@ def test_recent_arrivals_repeat_at_the_rate_a_young_ledger_saw() -> None:
     assert again[0][1] == "s10" and again[0][0] == 130 * 60_000
 
 
-def test_the_range_is_the_two_starts_in_time_order() -> None:
+def test_a_forecast_is_the_middle_run_and_the_range_all_runs() -> None:
     """Longer runtimes can start a job sooner (another queue falls behind it in the
-    fair-share order), so the range is the two runs' starts sorted, beyond the horizon
-    (None) last, and the median-runtime start is kept as the point forecast."""
-    assert (_first(900, 500), _last(900, 500)) == (500, 900)
-    assert (_first(None, 500), _last(None, 500)) == (500, None)
-    assert (_first(500, None), _last(500, None)) == (500, None)
-    assert (_first(None, None), _last(None, None)) == (None, None)
+    fair-share order), so the starts are sorted, beyond the horizon (None) last: the
+    forecast is the middle one, the range the first to the last."""
+    f = _forecast_of("j", "q", 1, [900, None, 500], 10_000, "why", UNKNOWN)
+    assert (f.earliest_ms, f.median_ms, f.latest_ms) == (500, 900, None)
+    f = _forecast_of("j", "q", 1, [None, None, 500], 10_000, "why", UNKNOWN)
+    assert (f.earliest_ms, f.median_ms, f.latest_ms) == (500, None, None)
+    f = _forecast_of("j", "q", 1, [700], 10_000, "why", UNKNOWN)
+    assert (f.earliest_ms, f.median_ms, f.latest_ms) == (700, 700, 700)
+    assert f.row(0)["start"] == f.row(0)["start"].split(" (")[0]  # one run: no range
+
+
+def test_each_job_draws_its_runtimes_spread_over_its_distribution() -> None:
+    """A job's draws over the runs fall one in each 1/runs of its distribution, the same
+    in every process; different jobs draw at different quantiles; a job that outran its
+    whole group draws from a tail with median twice what it ran; a given runtime is
+    every draw."""
+    runs = 7
+    for name in ("a", "train-00042", "j@3"):
+        quantiles = sorted(draw_at(name, run, runs) for run in range(runs))
+        assert all(0 <= u < 1 for u in quantiles)
+        assert [int((u - quantiles[0]) * runs + 1e-9) for u in quantiles] == list(range(runs))
+    assert draw_at("a", 0, runs) != draw_at("b", 0, runs)
+    assert draw_at("a", 3, runs) == (draw_at("a", 0, runs) + 3 / runs) % 1.0
+    history = list(range(1, 101))
+    learned = Estimate(50, 90, "history", history, lo=60)  # ran as long as 60 of them
+    draws = [learned.draw(k / 10) for k in range(10)]
+    assert draws == [61, 65, 69, 73, 77, 81, 85, 89, 93, 97]
+    beyond = Estimate(200, 1000, "history: ran longer", ran_ms=100)
+    assert beyond.draw(0.5) == 200 and beyond.draw(0.9) == 1000
+    assert beyond.draw(0.999) == beyond.draw(TAIL_U) == 2000
+    assert Estimate(300, 300, "given").draw(0.99) == 300
+    assert UNKNOWN.draw(0.5) is None
+
+
+def test_the_first_of_many_ends_is_forecast_sooner_than_any_ones_median(
+    tmp_path: Path,
+) -> None:
+    """Eight 1-GPU jobs hold the node; the history says jobs like them run 10 to 100
+    minutes. With every job at its median the ninth would wait for the first of eight ends
+    at 55 minutes; the runs draw each job's runtime across the history, so the ninth is
+    forecast to start at about the first of eight such draws (near 20 minutes), and the
+    range spans the runs. Forecasting again gives the same, byte for byte."""
+    history = "\n".join(
+        f"  - {{name: h{i:02}, queue: a, at_s: 0, runtime_s: {600 + 180 * i}, pods: 1,"
+        " gpus_per_pod: 1}"
+        for i in range(31)
+    )
+    held = "\n".join(
+        f"  - {{name: r{i}, queue: a, at_s: 43200, runtime_s: 7200, pods: 1, gpus_per_pod: 1}}"
+        for i in range(8)
+    )
+    files = {
+        "c": "nodes:\n  - {name: n, count: 1, gpus: 8}\n"
+        "timing: {bind_latency_s: 0.5, startup_s: 5}\n",
+        "q": "queues:\n  - {name: a, deserved_percent: 100}\n",
+        "w": f"jobs:\n{history}\n{held}\n"
+        "  - {name: w, queue: a, at_s: 43260, runtime_s: 60, pods: 1, gpus_per_pod: 1}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    argv = ["simulate", "--cluster", str(tmp_path / "c.yaml"), "--queues", str(tmp_path / "q.yaml"),
+            "--workload", str(tmp_path / "w.yaml"), "--ledger", str(tmp_path / "l"), "--no-fairness"]  # fmt: skip
+    assert main(argv) == 0
+    moment = moment_of(LedgerDirReader(tmp_path / "l").read(0), 43_320_000)
+    now = moment.fold.state.now
+    (f,) = forecast(moment, jobs=["w"])
+    assert f.estimate.source.startswith("history: queue a, 1 pods, 1 GPUs")
+    assert f.median_ms is not None and f.earliest_ms is not None and f.latest_ms is not None
+    assert f.earliest_ms < f.median_ms < f.latest_ms
+    assert 10 * 60_000 < f.median_ms - now < 35 * 60_000  # the median run: 55 minutes
+    (one,) = forecast(moment, jobs=["w"], samples=1)
+    assert one.earliest_ms == one.median_ms == one.latest_ms
+    assert forecast(moment, jobs=["w"]) == [f]
 
 
 def _a_long_overruns(ledger: Path, by_ms: int) -> tuple[Moment, dict[str, int]]:
@@ -284,3 +354,16 @@ def test_a_wake_up_served_on_the_grid_gets_its_cycle_when_the_next_event_is_stal
     moments = _cycle_moments(sim)
     sim.carry_on(promise + 10_000)
     assert promise not in moments and promise + 1_000 in moments
+
+
+def test_samples_is_checked_and_one_run_has_no_range(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--samples 0`` is refused by name; one run gives each job one start."""
+    capsys.readouterr()
+    assert main(["forecast", "--ledger", str(ledger), "--samples", "0"]) == 2
+    assert "--samples: 0: expected at least 1" in capsys.readouterr().err
+    out = _json(capsys, "--ledger", str(ledger), "--at", "2m", "--samples", "1")
+    assert out["jobs"] and all(
+        row["earliest_ms"] == row["median_ms"] == row["latest_ms"] for row in out["jobs"]
+    )

@@ -1,7 +1,8 @@
 """The console's forecasts: ``gpuledger forecast`` for its pages and API.
 
 Each forecast folds the ledger up to the moment (``replay.forecast.moment_of``) and runs the
-policy forward twice, so its cost grows with the ledger and the backlog. The console keeps
+policy forward (``replay.forecast.SAMPLES`` times where runtimes are learned), so its cost
+grows with the ledger and the backlog. The console keeps
 the last few results by moment, and at the ledger's end recomputes at most once every
 ``every_s`` seconds however fast records arrive: between two, the pages show the last one
 with the offset it was made at. A forecast is a read-side computation: nothing it does

@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the policy forward from the ledger's state at a moment: running "
         "jobs end by their runtime estimates (the job's own, else the median and 90th "
         "percentile of completed jobs like it), and no new work arrives (or, with "
-        "--arrivals recent, the last day's submissions come again). Each pending job's "
-        "forecast start is a range: with median runtimes, and with p90 ones. A read-side "
+        "--arrivals recent, the last day's submissions come again). Learned runtimes are "
+        "drawn afresh in each of --samples runs: each pending job's forecast start is the "
+        "middle run's, with the earliest to the latest as its range. A read-side "
         "computation: nothing is written. See docs/cli.md.",
     )
     p.add_argument(
@@ -52,6 +53,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="new work assumed: none (default), or the last day's submissions again",
     )
     p.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="forward runs, each drawing the learned runtimes afresh (default 7; 1 is "
+        "fastest, with no range where runtimes are learned)",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="every job ends at its own estimated time (slower); by default ends are "
@@ -66,6 +75,7 @@ def _forecast(args: argparse.Namespace) -> int:
     from replay.config import ConfigError  # noqa: PLC0415  # heavy: only when run
     from replay.forecast import (  # noqa: PLC0415
         COARSE,
+        SAMPLES,
         forecast,
         job_from_yaml,
         moment_of,
@@ -77,6 +87,9 @@ def _forecast(args: argparse.Namespace) -> int:
         horizon_ms = parse_duration_ms(args.horizon)
     except ValueError as exc:
         raise CliError(f"--horizon: {exc}") from exc
+    samples = SAMPLES if args.samples is None else args.samples
+    if samples < 1:
+        raise CliError(f"--samples: {samples}: expected at least 1")
     check_ledger(args.ledger, args)
     reader = open_ledger(args.ledger)
     try:
@@ -107,11 +120,18 @@ def _forecast(args: argparse.Namespace) -> int:
         submitted = submit(moment, job)
         if isinstance(submitted, str):
             raise CliError(f"{args.job}: {submitted}")
-        variants = sooner(moment, job, horizon_ms=horizon_ms, arrivals=args.arrivals)
+        variants = sooner(
+            moment, job, horizon_ms=horizon_ms, arrivals=args.arrivals, samples=samples
+        )
         moment, jobs = submitted, [job.job]
     coarse = 0 if args.exact else COARSE
     result = forecast(
-        moment, horizon_ms=horizon_ms, jobs=jobs, arrivals=args.arrivals, coarse=coarse
+        moment,
+        horizon_ms=horizon_ms,
+        jobs=jobs,
+        arrivals=args.arrivals,
+        coarse=coarse,
+        samples=samples,
     )
     now = moment.fold.state.now
     rows = [f.row(now) for f in result]
@@ -122,7 +142,8 @@ def _forecast(args: argparse.Namespace) -> int:
 
     print(
         f"forecast from {format_at(now, wall)} (through offset {moment.last_offset}); "
-        f"horizon {format_duration(horizon_ms / 1000)}; arrivals: {args.arrivals}"
+        f"horizon {format_duration(horizon_ms / 1000)}; arrivals: {args.arrivals}; "
+        f"{samples} runs"
     )
     columns = [
         Column("job", unit="text"),

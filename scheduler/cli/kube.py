@@ -197,12 +197,12 @@ def _forecast(args: argparse.Namespace) -> int:
             due: dict[str, PodForecast] = {}
             for f in forecast(moment):
                 text = (
-                    format_at(f.earliest_ms, True)
-                    if f.earliest_ms is not None
+                    format_at(f.median_ms, True)
+                    if f.median_ms is not None
                     else f"later than {format_at(f.horizon_end_ms, True)}"
                 )
                 pods = tuple(p.name for p in state.jobs[f.job].pods)
-                due[f.job] = PodForecast(f.earliest_ms, text, pods)
+                due[f.job] = PodForecast(f.median_ms, text, pods)
             written = annotator.update(due)
             log.info("forecasts: %d pending jobs, %d written", len(due), written)
             if args.once or stop.wait(every_s):
