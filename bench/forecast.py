@@ -152,6 +152,8 @@ def measure_run(
     cost = 0.0
     pending = 0  # sampled jobs still pending at their submission: the ones forecast
     for count, index in enumerate(submissions, start=1):
+        if count % 20 == 0:  # before the skips below, so that a skipped job reports too
+            print(f"  {name}: {count}/{len(submissions)} sampled ({cost:.1f} s)", file=sys.stderr)
         while position <= index:
             offset, env = records[position]
             event = decode_event(env, offset)
@@ -188,8 +190,6 @@ def measure_run(
                     f.horizon_end_ms,
                 )
             )
-        if count % 20 == 0:
-            print(f"  {name}: {count}/{len(submissions)} forecasts ({cost:.1f} s)", file=sys.stderr)
     out = {kind: {**figures(c), "forecasts": pending} for kind, c in cases.items()}
     out["seconds_per_forecast"] = cost / max(1, sum(len(c) for c in cases.values()))
     return out

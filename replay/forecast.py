@@ -365,16 +365,27 @@ def estimates(
         if job.status not in ACTIVE and job.status != PENDING:
             continue
         stated = given.get(job.job) if given is not None else job.expected_runtime_ms
-        if stated is not None:
-            out[job.job] = Estimate(stated, stated, "given")
-            continue
         elapsed = 0
         if job.started_at is not None:  # what it has run, in all its attempts
             elapsed = state.now - job.started_at + job.checkpointed_ms
-        out[job.job] = model.estimate(
-            job.queue, len(job.pods), _gpu_milli(job.pods), job.priority_class, elapsed
-        )
+        out[job.job] = _estimate(model, stated, job.queue, job.pods, job.priority_class, elapsed)
     return out
+
+
+def _estimate(
+    model: RuntimeModel,
+    stated: int | None,
+    queue: str,
+    pods: Sequence[PodSpec],
+    priority_class: str,
+    elapsed_ms: int = 0,
+) -> Estimate:
+    """``stated`` (ms) as given, else what the history says of a job like it that has run
+    ``elapsed_ms``."""
+    if stated is not None:
+        return Estimate(stated, stated, "given")
+    gpu_milli = sum(p.gpu_milli for p in pods)
+    return model.estimate(queue, len(pods), gpu_milli, priority_class, elapsed_ms)
 
 
 ARRIVALS = ("none", "recent")
@@ -477,13 +488,23 @@ def forecast(
     ]
     # The run can stop once every job asked about (every pending one) has started.
     targets = {name for _, _, name in pending} if jobs is None else set(jobs)
-    again = [
-        (when, event, _arrival_estimate(model, given, original, event))
+    again = [  # a repeated submission runs as given for the job it repeats, else as learned
+        (
+            when,
+            event,
+            _estimate(
+                model,
+                given.get(original) if given is not None else event.expected_runtime_ms,
+                event.queue,
+                event.pods,
+                event.priority_class,
+            ),
+        )
         for when, original, event in (_repeated(moment, until) if arrivals == "recent" else [])
     ]
 
     def inputs(run: int) -> tuple[dict[str, int], list[SimJob]]:
-        runtimes = {j: e.draw(draw_at(j, run, samples)) or never for j, e in sorted(known.items())}
+        runtimes = {j: e.draw(draw_at(j, run, samples)) or never for j, e in known.items()}
         new = [
             SimJob(when, event, e.draw(draw_at(event.job, run, samples)) or never)
             for when, event, e in again
@@ -517,19 +538,6 @@ def forecast(
     ]
 
 
-def _arrival_estimate(
-    model: RuntimeModel, given: Mapping[str, int] | None, original: str, event: JobSubmitted
-) -> Estimate:
-    """A repeated submission's estimate: as given for the job it repeats, else as the
-    history says of a job like it that has not run yet."""
-    stated = given.get(original) if given is not None else event.expected_runtime_ms
-    if stated is not None:
-        return Estimate(stated, stated, "given")
-    return model.estimate(
-        event.queue, len(event.pods), _gpu_milli(event.pods), event.priority_class
-    )
-
-
 def _forecast_of(
     name: str,
     queue: str,
@@ -553,11 +561,6 @@ def _forecast_of(
         reason=reason,
         estimate=estimate,
     )
-
-
-def _gpu_milli(pods: Iterable[PodSpec]) -> int:
-    """A job's GPUs (milli) over all its pods: part of the group its history is."""
-    return sum(p.gpu_milli for p in pods)
 
 
 def _pending(state: State, queue: str) -> Iterator[str]:
