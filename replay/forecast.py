@@ -7,9 +7,10 @@ start is when that run starts its gang. A job not started within the horizon is 
 "later than" its end.
 
 Runtime estimates, in this order: the job's own ``expected_runtime_ms``; what the ledger's
-history says of completed jobs like it — by queue, gang size, GPUs and priority class,
-falling back to coarser groups, down to every job — as the runtimes of those that ran at
-least as long as it has; else none. A job without an estimate that runs is taken to run
+history says of jobs like it — by queue, gang size, GPUs and priority class, falling back
+to coarser groups, down to every job — as the runtimes of those that ran at least as long
+as it has (the completed jobs, and those still running as censored observations:
+``kaplan_meier``); else none. A job without an estimate that runs is taken to run
 past the horizon, so whatever waits behind it is "later than" too.
 
 The run is made ``samples`` times (``SAMPLES``). In each, every job whose runtime is learned
@@ -42,7 +43,7 @@ from events.model import JobSubmitted, PodBound, PodsAllocated, PodSpec, PodStar
 from replay.config import ConfigError, WorkloadFile, parse
 from replay.sim import SimJob, Simulation, expand
 from scheduler.core.apply import apply
-from scheduler.core.state import ACTIVE, PENDING, SUCCEEDED, State
+from scheduler.core.state import ACTIVE, PENDING, RUNNING, SUCCEEDED, State
 from scheduler.fold.heap import gc_paused
 from scheduler.fold.outcomes import JobOutcome, OutcomeFold
 from scheduler.fold.snapshot import state_bytes, state_from_bytes
@@ -81,24 +82,91 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class Runtimes:
+    """A group's runtime distribution, learned from its completed jobs and, as censored
+    observations, from those still running (Kaplan–Meier): a job that has run 9 hours
+    and goes on counts as "longer than 9 hours", so the long jobs a history of completed
+    ones leaves out still weigh. ``cdf[k]`` is P(runtime ≤ ``values[k]``); the mass above
+    ``cdf[-1]`` (when jobs still run past the longest completed) lies beyond that
+    longest, with the tail ``Estimate.draw`` gives a job that outran its group."""
+
+    values: tuple[int, ...]
+    cdf: tuple[float, ...]
+    completed: int = 0
+    running: int = 0
+
+    def below(self, ran_ms: int) -> float:
+        """P(runtime ≤ ``ran_ms``)."""
+        k = bisect.bisect_right(self.values, ran_ms)
+        return self.cdf[k - 1] if k else 0.0
+
+    def value_at(self, p: float) -> int | None:
+        """The shortest runtime whose cdf exceeds ``p`` (None: ``p`` is in the mass
+        beyond the longest completed; a runtime's cdf is a product of fractions, so
+        callers give ``p`` off by ``_EPSILON`` to say which side of a step they mean)."""
+        k = bisect.bisect_right(self.cdf, p)
+        if k < len(self.values):
+            return self.values[k]
+        return None if self.cdf[-1] < 1.0 else self.values[-1]
+
+
+def kaplan_meier(completed: Sequence[int], running: Sequence[int]) -> Runtimes:
+    """The distribution of ``completed`` runtimes (sorted, not empty) with ``running``
+    ones (sorted) as censored observations: each is at risk up to what it has run."""
+    values: list[int] = []
+    cdf: list[float] = []
+    at_risk = len(completed) + len(running)
+    survive = 1.0
+    i = j = 0
+    while i < len(completed):
+        t = completed[i]
+        while j < len(running) and running[j] < t:  # a job still running at t is at risk
+            at_risk -= 1
+            j += 1
+        ended = bisect.bisect_right(completed, t, i) - i
+        survive *= 1.0 - ended / at_risk
+        at_risk -= ended
+        values.append(t)
+        cdf.append(1.0 - survive)
+        i += ended
+    return Runtimes(tuple(values), tuple(cdf), len(completed), len(running))
+
+
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """A runtime estimate: median and 90th percentile in ms (None: no estimate), where it
     comes from (``given``, a group of the history, or ``unknown``) and the distribution
-    ``draw`` samples: ``runtimes[lo:]`` (sorted: the group's that ran as long), or, for a
-    job that outran them all after ``ran_ms``, a tail with ``p50_ms`` and ``p90_ms`` at
-    twice and ten times that; neither: every draw is ``p50_ms``."""
+    ``draw`` samples: ``runtimes`` above its quantile ``base`` (those of the group that
+    ran as long as the job has), or, for a job that outran them all after ``ran_ms``, a
+    tail with P(T > t) = ran/t (``p50_ms`` and ``p90_ms`` at twice and ten times that);
+    neither: every draw is ``p50_ms``."""
 
     p50_ms: int | None
     p90_ms: int | None
     source: str
-    runtimes: Sequence[int] = ()
-    lo: int = 0
+    runtimes: Runtimes | None = None
+    base: float = 0.0
     ran_ms: int = 0
 
     def draw(self, u: float) -> int | None:
         """The runtime at quantile ``u`` (0 ≤ u < 1) of the distribution."""
-        if self.runtimes:
-            return self.runtimes[self.lo + int(u * (len(self.runtimes) - self.lo))]
+        return self._at(u, _EPSILON)
+
+    def quantile(self, q: float) -> int | None:
+        """The nearest-rank percentile: the shortest runtime at least ``q`` of the
+        distribution is within."""
+        return self._at(q, -_EPSILON)
+
+    def _at(self, u: float, past: float) -> int | None:
+        dist = self.runtimes
+        if dist is not None:
+            p = self.base + u * (1.0 - self.base)
+            found = dist.value_at(p + past)
+            if found is not None:
+                return found
+            # beyond the longest completed: the tail from where the runs left off
+            u = (p - dist.cdf[-1]) / (1.0 - dist.cdf[-1])
+            return round(max(self.ran_ms, dist.values[-1]) / (1.0 - min(u, TAIL_U)))
         if self.ran_ms:  # P(T > t | T > ran) = ran / t: the quantile u is ran / (1 - u)
             return round(self.ran_ms / (1.0 - min(u, TAIL_U)))
         return self.p50_ms
@@ -110,12 +178,7 @@ SAMPLES = 7
 earliest-to-latest range of 7 holds it 6 times in 8."""
 TAIL_U = 0.95
 """The highest quantile drawn from the tail of a job that has outrun its whole group."""
-
-
-def _percentile(sorted_values: Sequence[int], q: float, lo: int = 0) -> int:
-    """Nearest-rank percentile of ``sorted_values[lo:]`` (not empty)."""
-    rank = max(1, -(-(len(sorted_values) - lo) * q // 1))
-    return sorted_values[lo + int(rank) - 1]
+_EPSILON = 1e-9
 
 
 def draw_at(name: str, run: int, runs: int) -> float:
@@ -127,46 +190,65 @@ def draw_at(name: str, run: int, runs: int) -> float:
 
 @dataclass(slots=True)
 class RuntimeModel:
-    """Completed runtimes (ms) by group: (queue, pods, GPUs in milli, priority class),
-    (queue, pods, priority class), (queue, pods), (queue,) and () for every job."""
+    """Runtimes (ms) by group: (queue, pods, GPUs in milli, priority class), (queue, pods,
+    priority class), (queue, pods), (queue,) and () for every job; those of completed
+    jobs, and what the jobs still running have run so far."""
 
     groups: dict[tuple[object, ...], list[int]] = field(default_factory=dict)
+    running: dict[tuple[object, ...], list[int]] = field(default_factory=dict)
+    _learned: dict[tuple[object, ...], Runtimes] = field(default_factory=dict)
 
     def add(
-        self, queue: str, pods: int, gpu_milli: int, priority_class: str, runtime_ms: int
+        self,
+        queue: str,
+        pods: int,
+        gpu_milli: int,
+        priority_class: str,
+        runtime_ms: int,
+        *,
+        still_running: bool = False,
     ) -> None:
-        """Note one completed job's runtime."""
+        """Note one completed job's runtime, or (``still_running``) what a running job has
+        run so far."""
+        into = self.running if still_running else self.groups
         for key, _ in _groups(queue, pods, gpu_milli, priority_class):
-            bisect.insort(self.groups.setdefault(key, []), runtime_ms)
+            bisect.insort(into.setdefault(key, []), runtime_ms)
+            self._learned.pop(key, None)
 
     def estimate(
         self, queue: str, pods: int, gpu_milli: int, priority_class: str, elapsed_ms: int = 0
     ) -> Estimate:
         """The finest group with at least ``MIN_SAMPLES`` completed jobs, or ``UNKNOWN``.
 
-        For a job that has run ``elapsed_ms`` already, only the runtimes longer than that
-        count (how long jobs like it that got this far ran); when none of the group got
+        For a job that has run ``elapsed_ms`` already, the group's distribution above that
+        counts (how long jobs like it that got this far ran); when none of the group got
         this far, the job is taken to run as long again as it has (median) or nine times
         as long (90th percentile): the longer a job has run, the longer it is likely to."""
         for key, what in _groups(queue, pods, gpu_milli, priority_class):
-            runtimes = self.groups.get(key)
-            if runtimes is None or len(runtimes) < MIN_SAMPLES:
+            completed = self.groups.get(key)
+            if completed is None or len(completed) < MIN_SAMPLES:
                 continue
-            lo = bisect.bisect_right(runtimes, elapsed_ms) if elapsed_ms else 0
-            if lo == len(runtimes):
+            dist = self._learned.get(key)
+            if dist is None:
+                dist = self._learned[key] = kaplan_meier(completed, self.running.get(key, ()))
+            base = dist.below(elapsed_ms) if elapsed_ms else 0.0
+            if base >= 1.0 - _EPSILON:
                 return Estimate(
                     2 * elapsed_ms,
                     10 * elapsed_ms,
-                    f"history: {what}: ran longer than any of its {len(runtimes)} completed",
+                    f"history: {what}: ran longer than any of its {len(completed)} completed",
                     ran_ms=elapsed_ms,
                 )
+            shape = Estimate(0, 0, "", dist, base, elapsed_ms)
+            running = f", {dist.running} running" if dist.running else ""
             return Estimate(
-                _percentile(runtimes, 0.5, lo),
-                _percentile(runtimes, 0.9, lo),
-                f"history: {what} (median and p90 of {len(runtimes) - lo} completed"
+                shape.quantile(0.5),
+                shape.quantile(0.9),
+                f"history: {what} (median and p90 of {len(completed)} completed{running}"
                 + (" that ran as long)" if elapsed_ms else ")"),
-                runtimes,
-                lo,
+                dist,
+                base,
+                elapsed_ms,
             )
         return UNKNOWN
 
@@ -187,24 +269,23 @@ def _groups(
     )
 
 
-def learn(outcomes: Iterable[JobOutcome]) -> RuntimeModel:
-    """The runtime model of the jobs that completed without preemption: from the moment
-    the gang first ran to the moment it finished."""
+def learn(outcomes: Iterable[JobOutcome], now_ms: int | None = None) -> RuntimeModel:
+    """The runtime model of the jobs that completed without preemption (from the moment the
+    gang first ran to the moment it finished) and, given the moment ``now_ms``, of those
+    running since they first ran (what they have run so far)."""
     model = RuntimeModel()
     for job in outcomes:
-        if (
-            job.status == SUCCEEDED
-            and job.preemptions == 0
-            and job.ready_at_ms is not None
-            and job.finished_at_ms is not None
-        ):
-            model.add(
-                job.queue,
-                job.pods,
-                job.gpu_milli,
-                job.priority_class,
-                job.finished_at_ms - job.ready_at_ms,
-            )
+        if job.preemptions or job.ready_at_ms is None:
+            continue
+        if job.status == SUCCEEDED and job.finished_at_ms is not None:
+            ran, running = job.finished_at_ms - job.ready_at_ms, False
+        elif job.status == RUNNING and now_ms is not None:
+            ran, running = now_ms - job.ready_at_ms, True
+        else:
+            continue
+        model.add(
+            job.queue, job.pods, job.gpu_milli, job.priority_class, ran, still_running=running
+        )
     return model
 
 
@@ -477,7 +558,7 @@ def forecast(
     if samples < 1:
         raise ValueError(f"samples {samples}: expected at least 1")
     state = moment.fold.state
-    model = learn(moment.fold.jobs.values())
+    model = learn(moment.fold.jobs.values(), state.now)
     known = estimates(state, model, given)
     never = horizon_ms * 4 + DAY_MS  # a job without an estimate runs past the horizon
     until = state.now + horizon_ms

@@ -23,6 +23,8 @@ from replay.forecast import (
     _repeated,
     draw_at,
     forecast,
+    kaplan_meier,
+    learn,
     moment_of,
     submit,
 )
@@ -146,6 +148,32 @@ def test_the_history_estimates_jobs_like_it_that_ran_as_long() -> None:
     assert RuntimeModel().estimate("q", 1, 1000, "train").p50_ms is None
 
 
+def test_jobs_still_running_count_as_longer_than_they_have_run() -> None:
+    """A history of completed jobs alone leaves out the long ones still running: each
+    counts as a runtime longer than what it has run (Kaplan–Meier), so the estimate
+    lengthens, and the share of the group still running past the longest completed is
+    drawn from the tail beyond it."""
+    model = RuntimeModel()
+    for minutes in (10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
+        model.add("q", 1, 1000, "train", minutes * 60_000)
+    before = model.estimate("q", 1, 1000, "train")
+    for minutes in (15, 300, 400, 500):  # one started lately, three past every completed
+        model.add("q", 1, 1000, "train", minutes * 60_000, still_running=True)
+    after = model.estimate("q", 1, 1000, "train")
+    assert "10 completed, 4 running" in after.source
+    assert after.p50_ms is not None and before.p50_ms is not None
+    assert after.p50_ms > before.p50_ms and after.p90_ms == after.draw(0.9)
+    # P(T > 100 min) = 13/14 · 11/12 · 10/11 · … · 3/4 = 13/56 (the one running for 15
+    # min is at risk at 10 min only): 23 of 100 evenly spread draws are beyond the
+    # longest completed, rising with the quantile
+    draws = [after.draw(k / 100) for k in range(100)]
+    assert [d > 100 * 60_000 for d in draws] == [False] * 77 + [True] * 23
+    assert draws[77:] == sorted(set(draws[77:]))
+    dist = kaplan_meier([10, 20, 30], [15, 40])
+    assert dist.cdf == pytest.approx((1 / 5, 1 / 5 + 4 / 5 * 1 / 3, 1 / 5 + 4 / 5 * 2 / 3))
+    assert learn([]).groups == {}
+
+
 def test_a_coarse_forecast_is_within_its_step(ledger: Path) -> None:
     """By default ends are rounded up to about 1/32 of their distance: the reservation an
     hour ahead is forecast within two minutes after its promised time, never before it."""
@@ -235,7 +263,7 @@ def test_each_job_draws_its_runtimes_spread_over_its_distribution() -> None:
     assert draw_at("a", 0, runs) != draw_at("b", 0, runs)
     assert draw_at("a", 3, runs) == (draw_at("a", 0, runs) + 3 / runs) % 1.0
     history = list(range(1, 101))
-    learned = Estimate(50, 90, "history", history, lo=60)  # ran as long as 60 of them
+    learned = Estimate(50, 90, "history", kaplan_meier(history, []), 0.6)  # ran as long as 60
     draws = [learned.draw(k / 10) for k in range(10)]
     assert draws == [61, 65, 69, 73, 77, 81, 85, 89, 93, 97]
     beyond = Estimate(200, 1000, "history: ran longer", ran_ms=100)
