@@ -1,7 +1,7 @@
 """How good are the forecasts? Each job's forecast start against the start its ledger records.
 
     python -m bench.forecast [--every 10] [--limit 200] [--no-congested]
-                             [--arrivals none|recent ...] [--json FILE]
+                             [--arrivals none|recent ...] [--jobs N] [--json FILE]
 
 On both of ``bench.policy``'s runs — the multi-tenant week (``bench/multitenant``) and,
 where the shared trace is present, the congested Alibaba 2023 run — gpuledger simulates the
@@ -23,15 +23,23 @@ positive is late); over all, the share of actual starts inside the forecast rang
 (between the earliest and the latest run's start). Then the cost of forecasting
 every pending job of ``bench.core``'s ``cycle-1000`` state. Tests never assert on these
 numbers.
+
+Each run, estimates and arrivals is measured in its own process, ``--jobs`` at a time (the
+machine's cores by default): every forecast is deterministic, so the figures are those of
+one process doing all of them, and only the wall time shrinks. The cost is measured first,
+alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +59,10 @@ from scheduler.fold.outcomes import OutcomeFold
 HERE = Path(__file__).parent / "multitenant"
 WAITED_MS = 10 * 60_000
 """The targets hold for jobs that waited at least this long."""
+KINDS = tuple(
+    f"{estimates} / {assumed}" for estimates in ("given", "learned") for assumed in ARRIVALS
+)
+"""What is measured on each run: given or learned estimates, under each arrivals assumption."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +134,10 @@ def measure_run(
     workload: WorkloadFile,
     every: int,
     limit: int,
-    arrivals: Sequence[str] = ARRIVALS,
+    kinds: Sequence[str] = KINDS,
 ) -> dict[str, Any]:
-    """Simulate, then forecast the sampled submissions with given and learned estimates,
-    under each assumption of ``arrivals``."""
+    """Simulate, then forecast the sampled submissions for each of ``kinds`` (``KINDS``:
+    given or learned estimates, under an arrivals assumption): the figures by kind."""
     started = time.perf_counter()
     ledger, runtimes = _simulate(cluster, queues, workload)
     records = list(ledger.read(0))
@@ -145,15 +157,16 @@ def measure_run(
     )
     fold = OutcomeFold()
     recent = Recent()
-    cases: dict[str, list[Case]] = {
-        f"{estimates} / {assumed}": [] for estimates in ("given", "learned") for assumed in arrivals
-    }
+    cases: dict[str, list[Case]] = {kind: [] for kind in kinds}
     position = 0
     cost = 0.0
     pending = 0  # sampled jobs still pending at their submission: the ones forecast
     for count, index in enumerate(submissions, start=1):
         if count % 20 == 0:  # before the skips below, so that a skipped job reports too
-            print(f"  {name}: {count}/{len(submissions)} sampled ({cost:.1f} s)", file=sys.stderr)
+            print(
+                f"  {name} ({', '.join(kinds)}): {count}/{len(submissions)} sampled ({cost:.1f} s)",
+                file=sys.stderr,
+            )
         while position <= index:
             offset, env = records[position]
             event = decode_event(env, offset)
@@ -190,29 +203,65 @@ def measure_run(
                     f.horizon_end_ms,
                 )
             )
-    out = {kind: {**figures(c), "forecasts": pending} for kind, c in cases.items()}
+    out: dict[str, Any] = {kind: {**figures(c), "forecasts": pending} for kind, c in cases.items()}
     out["seconds_per_forecast"] = cost / max(1, sum(len(c) for c in cases.values()))
     return out
 
 
-def _multitenant(every: int, limit: int, arrivals: Sequence[str]) -> dict[str, Any]:
-    return measure_run(
-        "multi-tenant",
+Inputs = tuple[ClusterFile, QueuesFile, WorkloadFile]
+
+
+def _multitenant() -> Inputs:
+    return (
         load(HERE / "cluster.yaml", ClusterFile),
         load(HERE / "queues.yaml", QueuesFile),
         load(HERE / "workload.yaml", WorkloadFile),
-        every,
-        limit,
-        arrivals,
     )
 
 
-def _congested(every: int, limit: int, arrivals: Sequence[str]) -> dict[str, Any] | None:
+def _congested() -> Inputs | None:
     inputs = congested_inputs()
+    return None if inputs is None else inputs[:3]
+
+
+RUNS: dict[str, Callable[[], Inputs | None]] = {
+    "multi-tenant": _multitenant,
+    "congested": _congested,
+}
+"""The runs measured, and their inputs (None: not on this machine)."""
+
+
+def measure_kind(run: str, kind: str, every: int, limit: int) -> dict[str, Any] | None:
+    """One run's figures for one kind (in a worker process: ``main``), with its forecasts'
+    seconds each; None when the run's inputs are not here."""
+    inputs = RUNS[run]()
     if inputs is None:
         return None
-    cluster, queues, workload, _ = inputs
-    return measure_run("congested", cluster, queues, workload, every, limit, arrivals)
+    out = measure_run(run, *inputs, every, limit, (kind,))
+    return {**out[kind], "seconds_per_forecast": out["seconds_per_forecast"]}
+
+
+def measure(
+    runs: Sequence[str], kinds: Sequence[str], every: int, limit: int, jobs: int
+) -> dict[str, dict[str, Any]]:
+    """Every run's figures by kind, each (run, kind) in a fresh process, ``jobs`` at once;
+    learned estimates under ``recent`` arrivals (the slowest) start first."""
+    tasks = sorted(
+        ((run, kind) for run in runs for kind in kinds),
+        key=lambda t: (not t[1].startswith("learned"), not t[1].endswith("recent")),
+    )
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=spawn) as pool:
+        done = {t: pool.submit(measure_kind, *t, every, limit) for t in tasks}
+        figures_ = {t: future.result() for t, future in done.items()}
+    results: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        kinds_ = {k: figures_[(run, k)] for k in kinds if figures_[(run, k)] is not None}
+        if kinds_:
+            results[run] = kinds_
+        else:
+            print(f"({run}: its inputs are not on this machine: skipped)")
+    return results
 
 
 def cycle_cost(nodes: int = 1000, pods: int = 20_000, pending: int = 5_000) -> dict[str, Any]:
@@ -282,19 +331,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=ARRIVALS,
         help="measure under this arrivals assumption only (repeatable; default: each)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="measure this many runs and kinds at once, each in its own process (default: "
+        "the machine's cores)",
+    )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
-    # The cost first, in a fresh process as a user's forecast runs, not on a heap the
-    # accuracy runs have grown.
+    # The cost first, alone, in a fresh process as a user's forecast runs, not on a heap
+    # the accuracy runs have grown.
     cost = cycle_cost()
     arrivals = tuple(args.arrivals or ARRIVALS)
-    results: dict[str, dict[str, Any]] = {
-        "multi-tenant": _multitenant(args.every, args.limit, arrivals)
-    }
-    if not args.no_congested:
-        busy = _congested(args.every, args.limit, arrivals)
-        if busy is not None:
-            results["congested"] = busy
+    kinds = [k for k in KINDS if k.rsplit(" / ", 1)[1] in arrivals]
+    runs = [r for r in RUNS if not (args.no_congested and r == "congested")]
+    results: dict[str, dict[str, Any]] = measure(runs, kinds, args.every, args.limit, args.jobs)
     print(report(results))
     print(
         f"cost: forecasting all {cost['pending']:,} pending jobs of bench.core's cycle-1000 "
