@@ -275,7 +275,8 @@ def _pass_blocks(s: Session, queue: Queue, at: int) -> int:
 
 def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     """``_skip_known`` job by job from ``at``: the index of the first job it would not
-    skip, or ``stop``."""
+    skip, or ``stop``. Behind a blocked head it also passes over (remembering its skip
+    key, as ``_step`` would) a job that its step would only skip (``_ruled_out``)."""
     pending = queue.pending
     jobs = s.state.jobs
     now = s.state.now
@@ -285,6 +286,7 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
     held = s.state.tuning.skip_held
     limited = s.limited[queue.name]
     room = _headroom(s, queue) if held else (NEVER, NEVER, NEVER, NEVER)
+    behind = held and queue.name in s.blocked
     while at < stop:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
@@ -298,16 +300,31 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
         ):
             at += 1
             continue
-        if skipping is None:
+        if skipping is not None:
+            shape = cache.get(job.job)
+            key = shape.skip_id if shape is not None and shape.job is job else -2
+            if key == -2:
+                key = skip_id(state, job)
+            if key in skipping:
+                at += 1
+                continue
+        if not (behind and _ruled_out(s, queue, job)):
             break
-        shape = cache.get(job.job)
-        key = shape.skip_id if shape is not None and shape.job is job else -2
-        if key == -2:
-            key = skip_id(state, job)
-        if key not in skipping:
-            break
+        _skipped(s, queue, job)
+        skipping = s.skipping if queue.name == s.skipping_queue else None
         at += 1
     return at
+
+
+def _ruled_out(s: Session, queue: Queue, job: Job) -> bool:
+    """A job behind the queue's blocked head that its step (``_step``) would only skip,
+    trying nothing and deciding nothing: admission holds it back (``_admit``), or a job
+    asking no less found no room on the same nodes in this cycle (``_try_job``'s
+    ``skipped``)."""
+    if (s.limited[queue.name] or not job.preemptible) and _admission(s, queue, job) is not None:
+        return True
+    _, kept_off = _kept_off(s, job)
+    return not s.failed.may_fit(job, kept_off)
 
 
 def _headroom(s: Session, queue: Queue) -> Headroom:

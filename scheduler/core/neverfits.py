@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from events.model import MILLI, JobUnschedulable, PodSpec
 from scheduler.core.admission import over_limit
-from scheduler.core.fairshare import Shares, fair_shares
+from scheduler.core.fairshare import Shares, cycle_shares
 from scheduler.core.placement import (
     Statement,
     fits_capacity,
@@ -40,8 +40,8 @@ def reject_impossible(state: State, emit: Emit) -> None:
             continue
         reason = _queue_reason(state, job) or _cluster_reason(state, job)
         if reason is None and not job.preemptible and state.policy in GANG_POLICIES:
-            if shares is None:
-                shares = fair_shares(state)
+            if shares is None:  # (the deserved quotas: the division's memo holds them)
+                shares = cycle_shares(state)
             reason = _quota_reason(job, shares)
         if reason is not None:
             emit(
