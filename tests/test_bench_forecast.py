@@ -1,0 +1,47 @@
+"""``bench.forecast``'s accuracy figures, on cases whose errors are known."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.forecast import KINDS, Case, figures, report
+
+MIN = 60_000
+HORIZON = 7 * 24 * 60 * MIN
+
+
+def _case(job: str, waited: int, forecast: int, earliest: int, latest: int | None) -> Case:
+    """A job submitted at 0 that started after ``waited`` minutes, forecast at ``forecast``
+    minutes (range ``earliest`` to ``latest``; None: later than the horizon)."""
+    return Case(job, 0, waited * MIN, forecast * MIN, earliest * MIN, latest, HORIZON)
+
+
+def test_the_figures_count_only_long_waits_and_set_apart_the_rightly_beyond() -> None:
+    horizon_min = HORIZON // MIN
+    cases = [
+        _case("quick", 5, 50, 0, 100 * MIN),  # waited < 10 min: not in the figures
+        _case("early", 100, 50, 40, 90 * MIN),  # -50 %, actual after the range
+        _case("exact", 60, 60, 30, 90 * MIN),  # 0 %, in range
+        _case("late", 20, 30, 15, 40 * MIN),  # +50 %, in range
+        _case("beyond", horizon_min + 600, horizon_min, horizon_min, None),  # right: apart
+        _case("missed", 100, horizon_min, horizon_min, None),  # forecast beyond, started
+    ]
+    f = figures(cases)
+    assert (f["forecasts"], f["waited_10min"], f["beyond_horizon"]) == (6, 5, 1)
+    # errors of early, exact, late and missed: -50, 0, +10 and horizon - 100 minutes
+    assert f["median_relative_error"] == pytest.approx(0.5)
+    assert f["median_abs_error_min"] == pytest.approx(50)
+    assert f["bias_min"] == pytest.approx(10)
+    assert f["within_25pct"] == pytest.approx(1 / 4)
+    # in range: exact, late and the rightly beyond one (no latest: open-ended) of five
+    assert f["range_holds"] == pytest.approx(3 / 5)
+
+
+def test_the_report_marks_each_kind_against_its_target() -> None:
+    good = figures([_case("a", 100, 110, 90, 120 * MIN)])  # 10 %
+    poor = figures([_case("b", 100, 140, 90, 150 * MIN)])  # 40 %
+    table = report({"run": {"given / none": poor, "learned / none": poor, "x": 1.0}})
+    assert "run / given / none" in table and "(<= 20 %: MISSED)" in table
+    assert "(<= 50 %: ok)" in table and "run / x" not in table
+    assert "(<= 20 %: ok)" in report({"run": {"given / none": good}})
+    assert KINDS == ("given / none", "given / recent", "learned / none", "learned / recent")
