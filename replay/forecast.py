@@ -107,7 +107,7 @@ class Runtimes:
         k = bisect.bisect_right(self.cdf, p)
         if k < len(self.values):
             return self.values[k]
-        return None if self.cdf[-1] < 1.0 else self.values[-1]
+        return None if self.cdf[-1] < 1.0 - _EPSILON else self.values[-1]
 
 
 def kaplan_meier(completed: Sequence[int], running: Sequence[int]) -> Runtimes:
@@ -165,7 +165,7 @@ class Estimate:
             if found is not None:
                 return found
             # beyond the longest completed: the tail from where the runs left off
-            u = (p - dist.cdf[-1]) / (1.0 - dist.cdf[-1])
+            u = max(0.0, p - dist.cdf[-1]) / (1.0 - dist.cdf[-1])
             return round(max(self.ran_ms, dist.values[-1]) / (1.0 - min(u, TAIL_U)))
         if self.ran_ms:  # P(T > t | T > ran) = ran / t: the quantile u is ran / (1 - u)
             return round(self.ran_ms / (1.0 - min(u, TAIL_U)))
