@@ -88,8 +88,8 @@ def packed(
     rng = random.Random(seed)
     state = State()
     apply(state, policy_event(policy), 0)
-    for q in queues if queues is not None else tree():
-        apply(state, q, 0)
+    for configured in queues if queues is not None else tree():
+        apply(state, configured, 0)
     names = [f"n{i:05d}" for i in range(nodes)]
     for i, name in enumerate(names):
         labels = {"rack": f"r{i // 32}"}

@@ -56,6 +56,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -633,7 +634,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster = make_cluster(work)
     core, custom = cluster.core, cluster.custom
     with contextlib.suppress(ApiException):
-        core.create_namespace({"metadata": {"name": NS, "labels": {"bench": "kube"}}})
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=NS, labels={"bench": "kube"}))
+        )
     rows: list[dict[str, Any]] = []
     try:
         delete_pods(core)  # a killed earlier run's
@@ -659,8 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else:
                         cpu: dict[str, float] = {}
                         row = fill(
-                            core, scheduler,
-                            lambda q=qps, c=cpu: kube_scheduler(binary, work, q, c),
+                            core, scheduler, partial(kube_scheduler, binary, work, qps, cpu),
                             args.nodes, args.pods, backlog=args.backlog,
                         )  # fmt: skip
                         row["cpu_s"] = {**cpu, "total": cpu.get("kube-scheduler", 0.0)}

@@ -40,6 +40,7 @@ def _faster(
     """Generators run ``factor`` times faster until ``burst_s``, then at their own pace."""
     gens = []
     for gen in workload.generators:
+        burst: Poisson | Periodic
         match gen.arrival:
             case Poisson(rate_per_h=rate):
                 burst = msgspec.structs.replace(gen.arrival, rate_per_h=rate * factor)

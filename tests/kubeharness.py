@@ -41,11 +41,11 @@ def apply_manifest(api: client.ApiClient, path: Path) -> None:
         if not doc:
             continue
         try:
-            utils.create_from_dict(api, doc)
+            utils.create_from_dict(api, doc)  # type: ignore[no-untyped-call]  # (untyped)
         except utils.FailToCreateError as exc:
             if any(e.status != 409 for e in exc.api_exceptions):
                 raise
-            dyn = dyn or dynamic.DynamicClient(api)
+            dyn = dyn or dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
             meta = doc["metadata"]
             dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).patch(
                 body=doc,
@@ -58,11 +58,14 @@ def apply_manifest(api: client.ApiClient, path: Path) -> None:
 def wait_established(api: client.ApiClient, crd: str) -> None:
     """Wait until the CustomResourceDefinition ``crd`` serves its resource."""
     ext = client.ApiextensionsV1Api(api)
+
+    def established() -> bool:
+        status = ext.read_custom_resource_definition(crd).status
+        conditions = (status.conditions if status is not None else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
     wait_until(
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in ext.read_custom_resource_definition(crd).status.conditions or []
-        ),
+        established,
         30,
         f"CRD {crd} to be established",
     )
@@ -70,9 +73,10 @@ def wait_established(api: client.ApiClient, crd: str) -> None:
 
 def sa_kubeconfig(core: client.CoreV1Api, name: str, dest: Path) -> Path:
     """A kubeconfig authenticating as ServiceAccount gpuledger-system/<name> (TokenRequest)."""
-    tok = core.create_namespaced_service_account_token(
-        name, "gpuledger-system", {"spec": {"expirationSeconds": 86400}}
-    )
+    # (the client takes plain dicts for bodies, as the API server reads them)
+    request: Any = {"spec": {"expirationSeconds": 86400}}
+    tok = core.create_namespaced_service_account_token(name, "gpuledger-system", request)
+    assert tok.status is not None, f"no token for ServiceAccount {name}"
     cfg = yaml.safe_load(KUBECONFIG.read_text())
     cfg["users"] = [{"name": name, "user": {"token": tok.status.token}}]
     cfg["contexts"][0]["context"]["user"] = name
@@ -126,7 +130,8 @@ class Cluster:
 
     def namespace(self, name: str) -> str:
         with contextlib.suppress(ApiException):
-            self.core.create_namespace({"metadata": {"name": name}})
+            body: Any = {"metadata": {"name": name}}
+            self.core.create_namespace(body)
         return name
 
     def tenant(self, name: str, nodes: int, *, queue: str = "") -> str:
@@ -142,17 +147,16 @@ class Cluster:
         for i in range(count):
             name = f"{prefix}-{i}"
             cap = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}
-            self.core.create_node(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "labels": {"type": "kwok", "nvidia.com/gpu.product": "A100"},
-                    },
-                    "status": {"allocatable": cap, "capacity": cap},
-                }
-            )
+            node: Any = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {"type": "kwok", "nvidia.com/gpu.product": "A100"},
+                },
+                "status": {"allocatable": cap, "capacity": cap},
+            }
+            self.core.create_node(node)
             names.append(name)
         return names
 
@@ -227,23 +231,21 @@ class Cluster:
                     "controller": True,
                 }
             ]
-        self.core.create_namespaced_pod(
-            ns,
-            {
-                "metadata": meta,
-                "spec": {
-                    "schedulerName": "gpuledger",
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "trainer:1",
-                            "resources": {"limits": limits, "requests": {"cpu": "1"}},
-                        }
-                    ],
-                },
+        pod: Any = {
+            "metadata": meta,
+            "spec": {
+                "schedulerName": "gpuledger",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "trainer:1",
+                        "resources": {"limits": limits, "requests": {"cpu": "1"}},
+                    }
+                ],
             },
-        )
+        }
+        self.core.create_namespaced_pod(ns, pod)
 
     def gang(
         self, ns: str, group: str, size: int, *, gpus: int = 1, duration: str | None = "2s"
@@ -255,7 +257,7 @@ class Cluster:
     def pytorchjob(self, ns: str, name: str, workers: int) -> dict[str, Any]:
         """A Kubeflow PyTorchJob with one master and ``workers`` workers, as the API server
         returns it. No operator runs here: the test creates its pods (``owner=`` it)."""
-        job: dict[str, Any] = self.custom.create_namespaced_custom_object(
+        job = self.custom.create_namespaced_custom_object(
             "kubeflow.org",
             "v1",
             ns,
@@ -272,6 +274,7 @@ class Cluster:
                 },
             },
         )
+        assert isinstance(job, dict), job  # (the client returns the object as JSON)
         return job
 
     def phases(self, ns: str) -> dict[str, str]:
