@@ -92,8 +92,8 @@ class Runtimes:
 
     values: tuple[int, ...]
     cdf: tuple[float, ...]
-    completed: int = 0
     running: int = 0
+    """How many of the observations were jobs still running."""
 
     def below(self, ran_ms: int) -> float:
         """P(runtime ≤ ``ran_ms``)."""
@@ -129,7 +129,7 @@ def kaplan_meier(completed: Sequence[int], running: Sequence[int]) -> Runtimes:
         values.append(t)
         cdf.append(1.0 - survive)
         i += ended
-    return Runtimes(tuple(values), tuple(cdf), len(completed), len(running))
+    return Runtimes(tuple(values), tuple(cdf), len(running))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,18 +158,23 @@ class Estimate:
         return self._at(q, -_EPSILON)
 
     def _at(self, u: float, past: float) -> int | None:
-        dist = self.runtimes
-        if dist is not None:
-            p = self.base + u * (1.0 - self.base)
-            found = dist.value_at(p + past)
-            if found is not None:
-                return found
-            # beyond the longest completed: the tail from where the runs left off
-            u = max(0.0, p - dist.cdf[-1]) / (1.0 - dist.cdf[-1])
-            return round(max(self.ran_ms, dist.values[-1]) / (1.0 - min(u, TAIL_U)))
+        if self.runtimes is not None:
+            return _runtime_at(self.runtimes, self.base, self.ran_ms, u, past)
         if self.ran_ms:  # P(T > t | T > ran) = ran / t: the quantile u is ran / (1 - u)
             return round(self.ran_ms / (1.0 - min(u, TAIL_U)))
         return self.p50_ms
+
+
+def _runtime_at(dist: Runtimes, base: float, ran_ms: int, u: float, past: float) -> int:
+    """The runtime at quantile ``u`` of ``dist`` above its quantile ``base`` (what a job
+    that has run ``ran_ms`` may still run to), ``past`` saying which side of a step."""
+    p = base + u * (1.0 - base)
+    found = dist.value_at(p + past)
+    if found is not None:
+        return found
+    # beyond the longest completed: the tail from where the runs left off
+    u = max(0.0, p - dist.cdf[-1]) / (1.0 - dist.cdf[-1])
+    return round(max(ran_ms, dist.values[-1]) / (1.0 - min(u, TAIL_U)))
 
 
 UNKNOWN = Estimate(None, None, "unknown: no estimate given and no history like it")
@@ -239,11 +244,10 @@ class RuntimeModel:
                     f"history: {what}: ran longer than any of its {len(completed)} completed",
                     ran_ms=elapsed_ms,
                 )
-            shape = Estimate(0, 0, "", dist, base, elapsed_ms)
             running = f", {dist.running} running" if dist.running else ""
             return Estimate(
-                shape.quantile(0.5),
-                shape.quantile(0.9),
+                _runtime_at(dist, base, elapsed_ms, 0.5, -_EPSILON),
+                _runtime_at(dist, base, elapsed_ms, 0.9, -_EPSILON),
                 f"history: {what} (median and p90 of {len(completed)} completed{running}"
                 + (" that ran as long)" if elapsed_ms else ")"),
                 dist,

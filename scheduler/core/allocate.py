@@ -291,7 +291,7 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
             break
-        # ``_admit`` asks admission of every job but a preemptible one where no limit
+        # ``_admission`` asks admission of every job but a preemptible one where no limit
         # applies (which admission never holds back).
         if (
             held
@@ -321,7 +321,7 @@ def _ruled_out(s: Session, queue: Queue, job: Job) -> bool:
     trying nothing and deciding nothing: admission holds it back (``_admit``), or a job
     asking no less found no room on the same nodes in this cycle (``_try_job``'s
     ``skipped``)."""
-    if (s.limited[queue.name] or not job.preemptible) and _admission(s, queue, job) is not None:
+    if _admission(s, queue, job) is not None:
         return True
     _, kept_off = _kept_off(s, job)
     return not s.failed.may_fit(job, kept_off)
@@ -345,8 +345,6 @@ def _admit(
     jobs tried after a head admission held back (``passing``) do not, as that head
     tried already."""
     state = s.state
-    if not s.limited[queue.name] and job.preemptible:
-        return _try_job(s, queue, job, head=head), None
     reason = _admission(s, queue, job)
     if reason is None:
         return _try_job(s, queue, job, head=head), None
@@ -360,7 +358,11 @@ def _admission(s: Session, queue: Queue, job: Job) -> Reason | None:
     """``admission_reason`` for the job, worked out once per request and preemptibility in
     the queue until a placement or eviction changes what the queues hold (``_placed``,
     ``_reopen``): it depends on nothing else of the job, and a congested queue asks it of
-    up to ``Tuning.backfill_tries`` jobs behind its blocked head in every cycle."""
+    up to ``Tuning.backfill_tries`` jobs behind its blocked head in every cycle. None
+    without asking for a preemptible job where no limit applies: admission never holds
+    one back."""
+    if job.preemptible and not s.limited[queue.name]:
+        return None
     key = (queue.name, job.request, job.preemptible)
     if key in s.admissions:
         return s.admissions[key]
@@ -468,8 +470,6 @@ def _pass_held_head(s: Session, queue: Queue) -> int:
             return 0  # the head was tried already in this cycle
         job = state.jobs[queue.pending[0][2]]
         if job.backoff_until > state.now or job.job in s.requeued:
-            return 0
-        if not s.limited[queue.name] and job.preemptible:
             return 0
         reason = _admission(s, queue, job)
         if reason is None:
