@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpuledger/pip
 OUT ?= out
 
-.PHONY: demo test lint typecheck unit suite wheel-check bench fuzz mutate clean venv kafka-up kafka-down k8s-up k8s-down browsers helm
+.PHONY: demo test lint typecheck unit suite wheel-check bench fuzz mutate clean venv native kafka-up kafka-down k8s-up k8s-down browsers helm
 
 # `make demo` needs the runtime dependencies only; `make test` adds the development tools.
 $(RUNTIME): pyproject.toml
@@ -25,7 +25,14 @@ $(STAMP): $(RUNTIME)
 	$(PY) -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-*; touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) native
+
+# The policy core compiled by mypyc (scheduler/native.py): about 80 s on the 2-core machine,
+# kept in ~/.cache/gpuledger/native under a hash of its sources, a no-op when built. Every
+# gpuledger process then runs it (GPULEDGER_CORE=pure opts out); the suite runs the core as
+# Python and tests/test_native.py the compiled one.
+native: $(STAMP)
+	$(PY) scripts/native.py build
 
 demo: $(RUNTIME)
 	$(VENV)/bin/gpuledger demo --out $(OUT)/demo  # its last line: the console's serve command
@@ -45,13 +52,13 @@ UNIT_MARKERS := not kafka and not kube and not browser
 # Four processes on two cores: about half of a unit test's time is spent waiting on a
 # subprocess or a file, not computing.
 UNIT_WORKERS ?= 4
-unit: $(STAMP)
+unit: $(STAMP) native
 	$(VENV)/bin/pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_MARKERS)"
 
 # The whole suite, with its broker, control plane, Chromium and helm. CI=true unless the
 # caller set CI: a missing prerequisite (Chromium, the shared trace, helm, atheris) then
 # fails the run instead of skipping (tests/prereq.py); plain `pytest` skips it.
-suite: $(STAMP) kafka-up k8s-up browsers helm
+suite: $(STAMP) native kafka-up k8s-up browsers helm
 	CI=$${CI:-true} $(VENV)/bin/pytest -q
 
 # Headless Chromium for the HTML report's screenshot test (apt; skipped when present).
@@ -70,7 +77,7 @@ wheel-check: $(STAMP)
 
 test: lint typecheck suite wheel-check
 
-bench: $(STAMP) kafka-up k8s-up
+bench: $(STAMP) native kafka-up k8s-up
 	$(PY) -m bench --kafka  # with the live path on the broker (bench/kafka_bench.py)
 	bash scripts/k8s.sh kube-scheduler >/dev/null  # upstream kube-scheduler, API server's version (cached)
 	$(PY) -m bench.kube  # 500 kwok nodes, 4,000 pods through the real API server: gpuledger vs kube-scheduler

@@ -8,9 +8,18 @@ regression test.
 Tests that need the broker, the API server or a browser are marked ``kafka``, ``kube`` or
 ``browser`` here, from the fixtures they use (a test reaching the service another way
 carries the marker itself); ``make unit`` runs the rest.
+
+The suite runs the policy core as Python (``GPULEDGER_CORE=pure``, unless the caller chose):
+its tests patch functions of the core, which a compiled module does not see.
+``tests/test_native.py`` runs the compiled core (``scheduler.native``) against the same
+pinned ledgers and spec tables.
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GPULEDGER_CORE", "pure")  # before anything imports ``scheduler``
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from events.model import Event
+from scheduler.core.backfill import RunningEnds
 from scheduler.core.fairshare import Shares
+from scheduler.core.headroom import Headroom
 from scheduler.core.placement import FailedShapes
-from scheduler.core.reasons import note_reason
-from scheduler.core.state import Job, Queue, State
-
-if TYPE_CHECKING:
-    from scheduler.core.backfill import RunningEnds
-    from scheduler.core.headroom import Headroom
-    from scheduler.core.reasons import Reason
-    from scheduler.core.state import Reservation
-    from scheduler.core.victims import Victims
+from scheduler.core.reasons import Reason, note_reason
+from scheduler.core.state import Job, Queue, Reservation, State
+from scheduler.core.victims import Victims
 
 Emit = Callable[[Event], None]
 """Record a decision: appended to the cycle's decisions and applied to the state at once."""

@@ -340,7 +340,7 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
         ]
     if not levels_of:
         return Candidates([])
-    take = _Take(s, levels_of, tuple(t.resource for t in takers))
+    take = _Take(s.state, s.victims, s.shares, levels_of, tuple(t.resource for t in takers))
     budget = NEVER
     if s.state.tuning.budget_stops and s.state.config.victim_order != "kai":
         budget = lost_work_budget(s.state, job) if budgeted(s, queue, job, "reclaim") else NEVER
@@ -418,7 +418,9 @@ class _Take:
     (``most_taken``): merged from the givers' sorted streams (least lost work first) or,
     under ``victim_order: kai``, in KAI-Scheduler's order."""
 
-    s: Session
+    state: State
+    victims: Victims
+    shares: Shares
     levels_of: dict[str, list[Level]]
     reclaimed: tuple[int, ...]
     clipped: bool = False
@@ -454,7 +456,7 @@ class _Take:
         allowed: list[Job] = []
         bounded = ceiling is not None
         limit = NEVER if ceiling is None else ceiling
-        state = self.s.state
+        state = self.state
         stops = bounded and state.tuning.ceiling_stops and state.config.victim_order != "kai"
         rows = self._ordered(taken if together else zero, zero, gpus_only=stops)
         cut = together and budget < NEVER and self._no_wakes()
@@ -503,7 +505,7 @@ class _Take:
     def _protected(self, victim: Job, floor: int) -> bool:
         """Whether min-runtime or hysteresis keeps ``victim`` now; if so, a cycle is asked
         for when that ends."""
-        state = self.s.state
+        state = self.state
         if protected(victim, state.now, floor) or recently_reclaimed(state, victim):
             wake_when_free(state, victim, floor, hysteresis=True)
             return True
@@ -528,7 +530,7 @@ class _Take:
         """No victim of the givers can be protected but by being placed in this cycle
         (those lose no work, so come before any budget): no reclaim min-runtime, and no
         job that started by reclaiming within the hysteresis window."""
-        state = self.s.state
+        state = self.state
         window = state.config.reclaim_hysteresis_ms
         index = state.running_index()
         now = state.now
@@ -548,7 +550,7 @@ class _Take:
         rows, taken, zero, first = self.rest
         self.partial = False
         self.rest = None
-        state = self.s.state
+        state = self.state
         for item, levels, floor in itertools.chain([first], rows):
             if self.clipped:
                 break
@@ -610,14 +612,14 @@ class _Take:
         whose jobs all hold the same GPUs, judged by GPU, is dropped once they hold more
         than their queue may still give (``taken`` only grows, so none of its jobs could
         be taken any more); with ``gpus_only`` one whose jobs hold no GPU is not read."""
-        state = self.s.state
+        state = self.state
         if state.config.victim_order == "kai":
             yield from self._kai_ordered()
             return
         heap: list[_Stream] = []
         for leaf, levels in self.levels_of.items():
             floor = min_runtime(state, leaf, "reclaim")
-            for same, stream in self.s.victims.streams(leaf):
+            for same, stream in self.victims.streams(leaf):
                 if (gpus_only or self.reclaimed == (0,)) and same is not None and same <= 0:
                     continue  # its jobs hold no GPU: none frees what a GPU-only job asks
                 first = next(stream, None)
@@ -639,8 +641,8 @@ class _Take:
         """KAI-Scheduler's victim order: lower-priority queues first, then the queue most
         saturated (held ÷ fair share) before this cycle, then lower-priority jobs, then
         newer ones."""
-        state = self.s.state
-        shares = self.s.shares
+        state = self.state
+        shares = self.shares
         rows = []
         for leaf, levels in self.levels_of.items():
             q = state.queues[leaf]
@@ -648,7 +650,7 @@ class _Take:
             held = shares.held_before(q, 0)
             saturation = held * 1_000_000 // fair if fair > 0 else NEVER
             floor = min_runtime(state, leaf, "reclaim")
-            for _, stream in self.s.victims.streams(leaf):
+            for _, stream in self.victims.streams(leaf):
                 for item in stream:
                     job = item[4]
                     key = (q.priority, -saturation, leaf, job.priority, -job.seq, job.job)
