@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -37,7 +38,7 @@ import sysconfig
 import tempfile
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -143,38 +144,84 @@ def construct(kind: Any, value: Any) -> Any:
     """``value`` (msgpack's builtins) as an instance of ``kind``, what ``msgspec.convert``
     gives for the Python core's classes: msgspec cannot make instances of compiled ones,
     so the dataclasses of the core are built by calling them, field by field (a compiled
-    class checks each field's type as it is set), and everything else is converted by
-    msgspec. ``TypeError`` or ``msgspec.ValidationError`` when it does not fit."""
-    if kind is Any or kind is object or type(value) is kind:
-        return value  # (a scalar of its own type: the common case, so first)
+    class checks each field's type as it is set); every part of ``kind`` holding no
+    dataclass is converted by msgspec in one call. ``TypeError`` or
+    ``msgspec.ValidationError`` when it does not fit."""
+    return _converter(kind)(value)
+
+
+Convert = Callable[[Any], Any]
+_CONVERTERS: dict[Any, Convert] = {}
+
+
+def _converter(kind: Any) -> Convert:
+    """The function that converts values to ``kind``, made once per type."""
+    found = _CONVERTERS.get(kind)
+    if found is None:
+        found = _CONVERTERS[kind] = _make(kind)
+    return found
+
+
+def _holds_dataclass(kind: Any) -> bool:
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return True
+    return any(_holds_dataclass(a) for a in typing.get_args(kind) if a is not Ellipsis)
+
+
+def _make(kind: Any) -> Convert:
+    if kind is Any or kind is object:
+        return _same
+    if not _holds_dataclass(kind):
+        return functools.partial(_by_msgspec, kind)
     origin = typing.get_origin(kind)
     args = typing.get_args(kind)
     if origin is typing.Union or origin is types.UnionType:
-        if value is None and type(None) in args:
-            return None
         (other,) = [a for a in args if a is not type(None)]
-        return construct(other, value)
+        inner = _converter(other)
+        return lambda value: None if value is None else inner(value)
     if origin is list:
-        return [construct(args[0], v) for v in _sequence(value, kind)]
+        item = _converter(args[0])
+        return lambda value: [item(v) for v in _sequence(value, kind)]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _converter(args[0])
+        return lambda value: tuple(item(v) for v in _sequence(value, kind))
     if origin is tuple:
-        items = _sequence(value, kind)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(construct(args[0], v) for v in items)
-        if len(args) != len(items):
-            raise TypeError(f"expected {len(args)} items for {kind}, got {len(items)}")
-        return tuple(construct(a, v) for a, v in zip(args, items, strict=True))
+        items = [_converter(a) for a in args]
+        return functools.partial(_fixed_tuple, kind, items)
     if origin is dict:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected an object for {kind}, got {type(value).__name__}")
-        return {construct(args[0], k): construct(args[1], v) for k, v in value.items()}
+        keys, values = _converter(args[0]), _converter(args[1])
+        return lambda value: {keys(k): values(v) for k, v in _mapping(value, kind).items()}
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise TypeError(f"expected an object for {kind.__name__}, got {type(value).__name__}")
         hints = _hints(kind)
-        fields = {f.name: f for f in dataclasses.fields(kind)}
-        given = {name: construct(hints[name], v) for name, v in value.items() if name in fields}
-        return kind(**given)
-    return msgspec.convert(value, kind)
+        fields = [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(kind)]
+        return functools.partial(_dataclass, kind, fields)
+    raise TypeError(f"cannot restore values of type {kind}")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _by_msgspec(kind: Any, value: Any) -> Any:
+    return value if type(value) is kind else msgspec.convert(value, kind)
+
+
+def _fixed_tuple(kind: Any, items: list[Convert], value: Any) -> tuple[Any, ...]:
+    got = _sequence(value, kind)
+    if len(got) != len(items):
+        raise TypeError(f"expected {len(items)} items for {kind}, got {len(got)}")
+    return tuple(convert(v) for convert, v in zip(items, got, strict=True))
+
+
+def _dataclass(kind: type, fields: list[tuple[str, Convert]], value: Any) -> Any:
+    given = _mapping(value, kind)
+    return kind(**{name: convert(given[name]) for name, convert in fields if name in given})
+
+
+def _mapping(value: Any, kind: Any) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object for {kind}, got {type(value).__name__}")
+    return value
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
