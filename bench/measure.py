@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scheduler import native
+
 
 def nearest_rank(ordered: Sequence[float], q: float) -> float:
     """The ``q`` quantile of the sorted, non-empty ``ordered``: the value at the position
@@ -32,7 +34,8 @@ def status_mib(pid: int, field: str, default: float) -> float:
 
 def provenance() -> dict[str, Any]:
     """Where a measurement was made: the commit (``+dirty`` with uncommitted changes), the
-    machine (cores, CPU model, memory), Python, the time and the load average at the end."""
+    machine (cores, CPU model, memory), Python and how it ran the policy core (compiled
+    or not: ``scheduler.native``), the time and the load average at the end."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
@@ -56,6 +59,7 @@ def provenance() -> dict[str, Any]:
         "commit": commit,
         "machine": f"{os.cpu_count()} cores, {model}, {memory_gib:.0f} GiB",
         "python": platform.python_version(),
+        "core": native.mode(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load": round(os.getloadavg()[0], 1),
     }

@@ -37,6 +37,12 @@ def _value(value: float | None, unit: str) -> str:
     return f"{value:,.{decimals}f} {unit}"
 
 
+def _core(p: dict[str, Any]) -> str:
+    """How the run ran the policy core (``bench.measure.provenance``), as a clause; "" for
+    runs measured before it was recorded."""
+    return {"native": ", compiled core", "pure": ", core as Python"}.get(p.get("core", ""), "")
+
+
 def core_table(data: dict[str, Any]) -> str:
     """``bench.core``'s figures as a Markdown table, then where they were measured."""
     lines = ["| figure | gpuledger | fifo | target | meets |", "|---|---|---|---|---|"]
@@ -53,8 +59,8 @@ def core_table(data: dict[str, Any]) -> str:
     lines += [
         "",
         f"Measured by `python -m bench.core` on commit `{p.get('commit', '?')}`, "
-        f"{p.get('date', '?')}, on {p.get('machine', '?')} (Python {p.get('python', '?')}, "
-        f"load average {p.get('load', '?')} at the end).",
+        f"{p.get('date', '?')}, on {p.get('machine', '?')} (Python {p.get('python', '?')}"
+        f"{_core(p)}, load average {p.get('load', '?')} at the end).",
     ]
     return "\n".join(lines)
 
@@ -92,11 +98,12 @@ def forecast_table(data: dict[str, Any]) -> str:
             f"took {cost['seconds']:,.1f} s ({cost['cpu_seconds']:,.1f} CPU-s; target ≤ 10 s).",
         ]
     p = data.get("provenance") or {}
+    core = _core(p)[2:] + ", " if _core(p) else ""
     lines += [
         "",
         f"Measured by `python -m bench.forecast` on commit `{p.get('commit', '?')}`, "
-        f"{p.get('date', '?')}, on {p.get('machine', '?')} (load average {p.get('load', '?')} "
-        "at the end).",
+        f"{p.get('date', '?')}, on {p.get('machine', '?')} ({core}load average "
+        f"{p.get('load', '?')} at the end).",
     ]
     return "\n".join(lines)
 
