@@ -12,13 +12,13 @@ quarter of one device), CPU in millicores, memory in MiB.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 
 from events.knobs import Knob, knob_table
 
-MILLI = 1000
+MILLI: Final = 1000
 """One whole GPU in milli-GPUs."""
 
 MAX_NODE_GPUS = 4096

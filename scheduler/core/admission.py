@@ -9,6 +9,8 @@ to preempt from its own queue to start within every limit.
 
 from __future__ import annotations
 
+from typing import Final
+
 from scheduler.core.fairshare import RESOURCES, Shares, bounded, capacity, limit_of
 from scheduler.core.headroom import Headroom
 from scheduler.core.reasons import LIMIT, QUOTA, UNITS, Reason, amount, gpus
@@ -37,7 +39,7 @@ def queue_order(queue: Queue, shares: Shares, head: Job) -> tuple[int, int, int,
     return (below_deserved, below_fair, -queue.priority, dominant, head_seq, queue.name)
 
 
-_RATIO = 1_000_000
+_RATIO: Final = 1_000_000
 """Shares are compared in parts per million (integer arithmetic)."""
 
 

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Final, Literal
 
 from events.model import PodPlacement, PodsAllocated
 from scheduler.core.admission import (
@@ -54,7 +54,7 @@ from scheduler.core.victims import Victims, make_room, preemption
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
 
-_NUMBERED = 4096
+_NUMBERED: Final = 4096
 """Skip keys (``skip_id``) or kept-off node sets (``_kept_off``) numbered before the
 numbering starts afresh (``renumber``): a live scheduler meets new ones for as long as it
 runs."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from events.model import (
     MAX_NODE_GPUS,
@@ -725,18 +725,18 @@ def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, in
     return ((ran - kept) * gpu_milli // MILLI, kept)
 
 
-_QUIET: frozenset[type[Event]] = frozenset({JobSubmitted, JobUnschedulable, CycleCompleted})
+_QUIET: Final[frozenset[type[Event]]] = frozenset({JobSubmitted, JobUnschedulable, CycleCompleted})
 """Folded events that change nothing a reservation is worked out from
 (``State.changes_cache``): a new job's submission only adds to a pending order; a reason
 and a cycle's end only mark jobs and the state. A submission for a job the state holds
 already is not quiet. Events without a fold change nothing but ``now``."""
 
-_NO_ROOM_MADE: frozenset[type[Event]] = _QUIET | {PodsAllocated, PodStarted}
+_NO_ROOM_MADE: Final[frozenset[type[Event]]] = _QUIET | {PodsAllocated, PodStarted}
 """Folded events that give no capacity back and change no node (``State.freed_cache``):
 besides the quiet ones, a placement only takes capacity and a pod's start only marks it.
 So a placement that failed before them fails after them too."""
 
-_FOLDS: dict[type[Event], Callable[[State, Any, int], None]] = {
+_FOLDS: Final[dict[type[Event], Callable[[State, Any, int], None]]] = {
     JobSubmitted: _job_submitted,
     PodStarted: _on_pod_started,
     PodFinished: _on_pod_finished,

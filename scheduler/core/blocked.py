@@ -16,7 +16,7 @@ estimate) names the job it waits for instead of a time in the past.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from events.model import MILLI, PodSpec
 from scheduler.core.apply import lost_work
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from scheduler.core.session import Session
     from scheduler.core.state import Reservation
 
-_NAMED = 3
+_NAMED: Final = 3
 """At most this many queues are named in a reason (the rest are counted)."""
 
 
@@ -492,11 +492,11 @@ def _protections(s: Session, queue: Queue, job: Job) -> str:
     return ", ".join(parts)
 
 
-GUARANTEE = "; within its deserved quota it may reclaim only from queues above theirs"
+GUARANTEE: Final = "; within its deserved quota it may reclaim only from queues above theirs"
 """How the reason of a head within its deserved quota that still waits begins to say what
 keeps it from reclaiming (``_with_guarantee``)."""
 
-_KEPT_WORDS = {
+_KEPT_WORDS: Final = {
     "non-preemptible": "non-preemptible",
     "within reclaim min-runtime": "within reclaim min-runtime",
     "placed by reclaim within the hysteresis window": "placed by reclaim within the hysteresis "

@@ -19,11 +19,12 @@ over go by largest fraction, then the order the queues were configured in, then 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from scheduler.core.state import UNLIMITED, Queue, ShareMemo, State
 
-RESOURCES = 3  # gpu_milli, cpu_milli, memory_mib
-UNITS = (1000, 1, 1)
+RESOURCES: Final = 3  # gpu_milli, cpu_milli, memory_mib
+UNITS: Final = (1000, 1, 1)
 """The whole unit of each resource under ``share_rounding: whole``: one GPU, one milli-CPU,
 one MiB (KAI-Scheduler counts CPU in millicores)."""
 
@@ -349,10 +350,10 @@ def _whole_round(units: int, active: list[Queue], fill: _Fill) -> int:
 
 # --------------------------------------------------------------------------- time-based share
 
-_STEPS = 1024
+_STEPS: Final = 1024
 # 2^(-i/1024) in 2^32 fixed point. Computed once with IEEE doubles and rounded, so every
 # later use is integer arithmetic: the same ledger decays the same way on every run.
-_DECAY = tuple(round(2 ** (32 - i / _STEPS)) for i in range(_STEPS))
+_DECAY: Final = tuple(round(2 ** (32 - i / _STEPS)) for i in range(_STEPS))
 
 
 def decay(value: int, elapsed_ms: int, half_life_ms: int) -> int:

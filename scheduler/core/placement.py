@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import le
+from typing import Final
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
 from scheduler.core.state import FreeIndex, Job, JobShape, Node
@@ -471,7 +472,7 @@ class Statement:
         self.rollback()
 
 
-_ORDERED = (binpack_score, spread_score)
+_ORDERED: Final = (binpack_score, spread_score)
 """Scores the free-capacity index can walk in order (ascending or descending free GPUs)."""
 
 

@@ -25,6 +25,8 @@ see it; the caller appends the returned decisions to the ledger after the inputs
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
 from events.model import (
@@ -43,10 +45,10 @@ from scheduler.core.session import Emit
 from scheduler.core.stale import evict_stale_gangs
 from scheduler.core.state import ACTIVE, State
 
-REVISION = 17
+REVISION: Final = 17
 """Semantics revision of this core; recorded in ``policy_configured`` by writers."""
 
-KAI_KNOBS: dict[str, object] = {k.field: k.kai_event for k in POLICY_KNOBS if k.set_by_kai}
+KAI_KNOBS: Final[dict[str, object]] = {k.field: k.kai_event for k in POLICY_KNOBS if k.set_by_kai}
 """The knobs of ``policy_configured`` that policy ``kai`` sets, in the ledger's units: each
 knob's ``kai`` value (``events.knobs.Knob``), KAI-Scheduler's choice where gpuledger
 deliberately differs (docs/policy.md, "Where gpuledger differs from KAI-Scheduler").
@@ -61,7 +63,7 @@ def kai_knobs(config: PolicyConfigured) -> PolicyConfigured:
     return msgspec.structs.replace(config, policy="kai", **knobs)
 
 
-POLICIES = ("gpuledger", "kai", "drf", "fifo", "easy")
+POLICIES: Final = ("gpuledger", "kai", "drf", "fifo", "easy")
 """Policy names; ``kai`` is the gang policy with ``KAI_KNOBS``."""
 
 

@@ -9,7 +9,7 @@ reservation's reason carries the time it is promised to start (``start``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from events.ledgertime import format_at, is_wall_clock
 from events.model import MILLI, JobUnschedulable, PodSpec
@@ -18,27 +18,27 @@ from scheduler.core.state import Job
 if TYPE_CHECKING:
     from scheduler.core.session import Emit
 
-NEVER_FITS = "never_fits"
+NEVER_FITS: Final = "never_fits"
 """The job can never start on the cluster as it stands (final)."""
-LIMIT = "limit"
+LIMIT: Final = "limit"
 """Its queue, or an ancestor, is at its limit."""
-QUOTA = "quota"
+QUOTA: Final = "quota"
 """Non-preemptible work beyond the deserved quota."""
-SHARE = "share"
+SHARE: Final = "share"
 """Beyond its queue's deserved quota or fair share, and what it needs is held by work
 its queue may not reclaim (in-quota work of other queues, or any work while over share)."""
-MISMATCH = "mismatch"
+MISMATCH: Final = "mismatch"
 """Enough GPUs are free, but not where its pods may go (selector, taints, CPU, memory,
 one node's room, one topology domain)."""
-RESERVED = "reserved"
+RESERVED: Final = "reserved"
 """It fits the free capacity only on nodes another job's reservation holds."""
-BEHIND = "behind"
+BEHIND: Final = "behind"
 """Behind its queue's blocked head, it does not fit the gap."""
-RESERVATION = "reservation"
+RESERVATION: Final = "reservation"
 """It holds a reservation of its own and starts when it falls due."""
-CAPACITY = "capacity"
+CAPACITY: Final = "capacity"
 """Not enough free capacity, with nothing it may reclaim or reserve."""
-BACKOFF = "backoff"
+BACKOFF: Final = "backoff"
 """Backing off after failed binds."""
 
 
@@ -70,7 +70,7 @@ def amount(resource: int, value: int) -> str:
     return gpus(value) if resource == 0 else str(value)
 
 
-UNITS = ("GPUs", "millicores", "MiB")
+UNITS: Final = ("GPUs", "millicores", "MiB")
 """The unit each resource index is shown in (see ``amount``)."""
 
 

@@ -36,14 +36,14 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from events.model import MILLI
 
 if TYPE_CHECKING:
     from scheduler.core.state import Job, State
 
-NEVER = 1 << 62
+NEVER: Final = 1 << 62
 """The expected end of a job without an expected runtime (released last)."""
 
 VictimItem = tuple[int, int, int, str, "Job", int]

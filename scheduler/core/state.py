@@ -11,13 +11,14 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec, PolicyConfigured, Resources
 from scheduler.core.pendingblocks import PendingBlocks
 from scheduler.core.running import RunningIndex
 from scheduler.core.tuning import DEFAULT, Tuning
 
-PRIORITY_CLASSES: dict[str, int] = {
+PRIORITY_CLASSES: Final[dict[str, int]] = {
     "train": 50,
     "build-preemptible": 75,
     "build": 100,
@@ -25,21 +26,21 @@ PRIORITY_CLASSES: dict[str, int] = {
 }
 """KAI-Scheduler's priority class names and values."""
 
-NON_PREEMPTIBLE_FROM = 100
+NON_PREEMPTIBLE_FROM: Final = 100
 """Jobs of priority classes at or above this are non-preemptible unless overridden."""
 
-UNLIMITED = -1
+UNLIMITED: Final = -1
 
 # Job statuses. A preempted job returns to PENDING.
-PENDING = "pending"
-ALLOCATED = "allocated"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
-UNSCHEDULABLE = "unschedulable"
-ACTIVE = (ALLOCATED, RUNNING)
-TERMINAL = (SUCCEEDED, FAILED, CANCELLED, UNSCHEDULABLE)
+PENDING: Final = "pending"
+ALLOCATED: Final = "allocated"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+UNSCHEDULABLE: Final = "unschedulable"
+ACTIVE: Final = (ALLOCATED, RUNNING)
+TERMINAL: Final = (SUCCEEDED, FAILED, CANCELLED, UNSCHEDULABLE)
 """How a job can end; an ended job's code (``ended_code``) holds the index of its status."""
 
 
@@ -217,7 +218,7 @@ class Job:
         return (-self.priority, self.seq, self.job)
 
 
-GANG_POLICIES = ("gpuledger", "kai")
+GANG_POLICIES: Final = ("gpuledger", "kai")
 """The policies that run the hierarchical gang policy (``kai`` with KAI-Scheduler's knobs)."""
 
 

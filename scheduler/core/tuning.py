@@ -19,6 +19,7 @@ a recorded ledger always means ``DEFAULT``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = ["DEFAULT", "Tuning"]
 
@@ -90,5 +91,5 @@ class Tuning:
                 raise ValueError(f"Tuning.{name} = {getattr(self, name)!r} is out of range")
 
 
-DEFAULT = Tuning()
+DEFAULT: Final = Tuning()
 """The tuning every runner uses, and the only one a recorded ledger replays under."""

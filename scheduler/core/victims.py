@@ -20,7 +20,7 @@ import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
 from scheduler.core.admission import limit_excess
@@ -750,7 +750,7 @@ class Rule:
     candidates: Callable[[Session, Queue, Job], Candidates]
 
 
-RULES: tuple[Rule, ...] = (
+RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "backfill",
         lambda _config: True,
@@ -766,7 +766,7 @@ RULES: tuple[Rule, ...] = (
 
 # --------------------------------------------------------------------------- making room
 
-_NONE = (0, 0, 0)
+_NONE: Final = (0, 0, 0)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.codec import Envelope, UnknownEventType, decode_event, encode_envelope, wrap
+from events.codec import Envelope, UnknownEventType, decode_event, wrap
 from events.model import DECISION_TAGS, Event, PolicyConfigured
 from scheduler.core import REVISION, State
 from scheduler.fold.step import Runtime
@@ -77,34 +77,12 @@ class Replayer:
         """Fold one record; the divergence it shows, if any (then the states differ and
         feeding on is pointless). ``DecodeError`` for a record that does not decode."""
         self.records += 1
+        if env.type in DECISION_TAGS:
+            return self._decision(offset, env)
         try:
             event = decode_event(env, offset)
         except UnknownEventType:
             self.skipped.append(offset)
-            return None
-        if env.type in DECISION_TAGS:
-            self.decisions += 1
-            if not self._in_cycle:
-                self._produced = self.runtime.run_cycle(env.at)
-                self._produced_at = self.state.now
-                self._index = 0
-                self._in_cycle = True
-                self.cycles += 1
-            index = self._index
-            got = self._produced[index] if index < len(self._produced) else None
-            self._index = index + 1
-            if env.type == "cycle_completed":
-                self._in_cycle = False
-            if offset >= self.compare_from:
-                # under the envelope version the ledger was written at: a decision an
-                # older writer recorded is the same decision
-                got_bytes = (
-                    encode_envelope(wrap(got, self._produced_at, env.version))
-                    if got is not None
-                    else b""
-                )
-                if got_bytes != encode_envelope(env):
-                    return Divergence(offset, event, got)
             return None
         if self._in_cycle:
             # The ledger ended the cycle early: the re-run cycle made more decisions.
@@ -118,6 +96,31 @@ class Replayer:
             self.other_revision = (offset, event.revision)
         self.runtime.take([(event, env.at)], env.at)
         return None
+
+    def _decision(self, offset: int, env: Envelope) -> Divergence | None:
+        """A recorded decision: the next one the re-run cycle produced must be the same
+        envelope (wrapped at the version the ledger was written at: a decision an older
+        writer recorded is the same decision). Its payload is decoded only to report a
+        difference (``DecodeError`` if it does not decode)."""
+        self.decisions += 1
+        if not self._in_cycle:
+            self._produced = self.runtime.run_cycle(env.at)
+            self._produced_at = self.state.now
+            self._index = 0
+            self._in_cycle = True
+            self.cycles += 1
+        index = self._index
+        got = self._produced[index] if index < len(self._produced) else None
+        self._index = index + 1
+        if env.type == "cycle_completed":
+            self._in_cycle = False
+        if offset < self.compare_from:
+            return None
+        # Envelopes are equal exactly when their msgpack bytes are (a struct's fields in
+        # order, the payload as raw bytes).
+        if got is not None and wrap(got, self._produced_at, env.version) == env:
+            return None
+        return Divergence(offset, decode_event(env, offset), got)
 
     def finish(self) -> Divergence | None:
         """At the end of the records: the decision the re-run made that the ledger lacks
