@@ -55,6 +55,10 @@ ALIBABA_CLASSES: dict[str, str] = {
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 
+MAX_TIME_SCALE = 1e6
+"""The largest time scale a mapping may give: beyond it a trace's times outgrow the
+workload format (what is still too long for it is refused on import, naming the field)."""
+
 
 # --------------------------------------------------------------------------- mapping file
 
@@ -138,7 +142,7 @@ class Mapping(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     units: Units = Units()
     limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """Keep only the first ``limit`` jobs by submission time."""
-    time_scale: Positive = 1.0
+    time_scale: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIME_SCALE)] = 1.0
     """Multiply arrival times and run times by this (0.5 = replay twice as fast)."""
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.model import MILLI
-from replay.config import ConfigError, QueuesFile, parse, queue_events
+from replay.config import ConfigError, QueuesFile, WorkloadFile, parse, queue_events
 from replay.traces import (
     Columns,
     Mapping,
@@ -298,3 +298,37 @@ def test_mapping_refuses_a_parent_field_it_cannot_read(tmp_path: Path) -> None:
     path.write_text("cpu_only: skip\n")
     with pytest.raises(ConfigError, match=rf"{path}: Invalid enum value 'skip'"):
         load_mapping(path)
+
+
+@pytest.mark.parametrize("scale", ["inf", "nan", "1e300", "0", "-1"])
+def test_a_time_scale_out_of_bounds_is_refused_naming_the_flag(
+    tmp_path: Path, scale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "w.yaml"
+    code = main(["trace", "import", "--format", "helios", str(DATA / "helios.csv"),
+                 "--out", str(out), "--time-scale", scale])  # fmt: skip
+    assert code != 0 and not out.exists()
+    assert f"--time-scale {float(scale):g}: must be above 0 and at most 1e+06" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_import_whose_times_outgrow_the_workload_format_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files an import writes are valid by construction: what ``simulate`` would refuse
+    (here a horizon past the format's bound once times are scaled) is refused instead,
+    naming the file and the field, and nothing is written."""
+    trace = _csv(tmp_path, "t,g,d,who", "0,1,60,a", "9000000,1,60,a")
+    out = tmp_path / "w.yaml"
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("columns: {submit: t, gpus: g, duration: d, tenant: who}\n")
+    code = main(["trace", "import", "--format", "csv", str(trace), "--mapping", str(mapping),
+                 "--out", str(out), "--time-scale", "1000000"])  # fmt: skip
+    assert code != 0 and not out.exists()
+    err = capsys.readouterr().err
+    assert f"{out} (as imported): Expected `float` <= 1000000000000.0 - at `$.horizon_s`" in err
+    # the same import at a scale the format holds is written, and simulate reads it
+    assert main(["trace", "import", "--format", "csv", str(trace), "--mapping", str(mapping),
+                 "--out", str(out), "--time-scale", "1000"]) == 0  # fmt: skip
+    assert parse(out.read_bytes(), WorkloadFile, str(out)).jobs

@@ -16,9 +16,10 @@ from typing import Any
 import msgspec
 
 from events.ledgertime import format_duration
-from replay.config import ConfigError
+from replay.config import ClusterFile, ConfigError, QueuesFile, WorkloadFile, parse
 from replay.traces import (
     FORMATS,
+    MAX_TIME_SCALE,
     Columns,
     Mapping,
     encode,
@@ -97,8 +98,10 @@ def _import(args: argparse.Namespace) -> int:
         raise CliError("--node-fraction needs --nodes")
     if args.limit is not None and args.limit < 1:
         raise CliError("--limit must be at least 1")
-    if args.time_scale is not None and not args.time_scale > 0:
-        raise CliError("--time-scale must be above 0")
+    if args.time_scale is not None and not 0 < args.time_scale <= MAX_TIME_SCALE:
+        raise CliError(
+            f"--time-scale {args.time_scale:g}: must be above 0 and at most {MAX_TIME_SCALE:g}"
+        )
     started = time.perf_counter()
     try:
         mapping = load_mapping(args.mapping)
@@ -114,6 +117,10 @@ def _import(args: argparse.Namespace) -> int:
             outputs.append((Path(args.queues_out), encode(result.queues())))
         if cluster is not None:
             outputs.append((Path(args.cluster_out), encode(cluster)))
+        for (path, data), kind in zip(outputs, _kinds(args, cluster), strict=True):
+            # What simulate would refuse is never written (a time scale can push a
+            # workload's times past the format's bounds).
+            parse(data, kind, f"{path} (as imported)")
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     for path, data in outputs:
@@ -133,6 +140,16 @@ def _import(args: argparse.Namespace) -> int:
     if args.simulate:
         return _simulate_imported(args)
     return 0
+
+
+def _kinds(args: argparse.Namespace, cluster: ClusterFile | None) -> list[type[Any]]:
+    """The file format of each output of ``_import``, in its order."""
+    kinds: list[type[Any]] = [WorkloadFile]
+    if args.queues_out:
+        kinds.append(QueuesFile)
+    if cluster is not None:
+        kinds.append(ClusterFile)
+    return kinds
 
 
 def _simulate_imported(args: argparse.Namespace) -> int:
