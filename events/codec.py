@@ -142,7 +142,9 @@ def to_json_line(offset: int, env: Envelope, *, iso: bool = False) -> bytes:
 
 
 class JsonRow(msgspec.Struct, frozen=True):
-    """A JSON Lines row as exported (``offset`` is informational on import)."""
+    """A JSON Lines row as exported. ``offset`` is not kept on import (the ledger numbers
+    what it appends), but rows that carry one must carry consecutive ones
+    (``events.jsonl.iter_jsonl``)."""
 
     type: str
     at: int
@@ -163,6 +165,11 @@ def from_json_line(line: bytes, where: str = "") -> Envelope:
     Unknown types are kept as they are (their payload re-encoded as msgpack), so an
     export/import round trip never loses a record this version cannot interpret.
     """
+    return from_json_row(line, where)[1]
+
+
+def from_json_row(line: bytes, where: str = "") -> tuple[int, Envelope]:
+    """``from_json_line`` with the row's offset (-1: the row gives none)."""
     try:
         row = _json_row_dec.decode(line)
     except _BAD_INPUT as exc:
@@ -183,7 +190,7 @@ def from_json_line(line: bytes, where: str = "") -> Envelope:
             payload = _env_enc.encode(msgspec.json.decode(row.payload))
     except (*_BAD_INPUT, OverflowError) as exc:
         raise DecodeError(f"{where}: bad {row.type} payload: {exc}") from exc
-    return Envelope(
+    return row.offset, Envelope(
         type=row.type, key=row.key, at=row.at, payload=msgspec.Raw(payload), version=row.version
     )
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from events.codec import Envelope, from_json_line, to_json_line
+from events.codec import DecodeError, Envelope, from_json_row, to_json_line
 from events.filelog import FileLedger, LedgerError
 from events.port import LedgerReader, LedgerWriter
 
@@ -40,10 +40,25 @@ def export_jsonl(
 
 
 def iter_jsonl(lines: Iterable[bytes], *, source_name: str) -> Iterator[Envelope]:
-    """Parse JSON Lines rows (blank lines skipped); errors name ``source_name:line``."""
+    """Parse JSON Lines rows (blank lines skipped); errors name ``source_name:line``.
+
+    An export numbers its rows with consecutive offsets; a row whose offset does not
+    follow the one before (a row missing, repeated or moved) is refused, as the records
+    around it are no longer what the ledger held. Rows without an offset are not checked.
+    """
+    previous = -1
     for lineno, line in enumerate(lines, 1):
-        if line.strip():
-            yield from_json_line(line, f"{source_name}:{lineno}")
+        if not line.strip():
+            continue
+        where = f"{source_name}:{lineno}"
+        offset, env = from_json_row(line, where)
+        if offset >= 0 and previous >= 0 and offset != previous + 1:
+            raise DecodeError(
+                f"{where}: offset {offset} follows offset {previous}: an export's offsets "
+                f"are consecutive (a row is missing, repeated or out of order)"
+            )
+        previous = offset
+        yield env
 
 
 def import_jsonl(
