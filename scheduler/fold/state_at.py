@@ -16,6 +16,11 @@ from events.ledgertime import format_at, format_duration, is_wall_clock
 from scheduler.core import State, apply, fair_shares, gpus
 from scheduler.core.state import ACTIVE, PENDING, TERMINAL
 
+NO_REASON = "none recorded: not tried yet (the jobs ahead of it in its queue are tried first)"
+"""What a pending job without a reason shows: the policy records why a job waits when it
+tries the job (a queue's head, a job tried in the gap behind it); one it passes over
+without a try, such as a job its queue's limit holds back deep in a backlog, has none."""
+
 
 @dataclass(slots=True)
 class StateView:
@@ -112,7 +117,7 @@ def describe(state: State, last_offset: int) -> StateView:
                     "gpus": gpus(job.request[0]),
                     "waiting": format_duration((now - job.submitted_at) / 1000),
                     "cause": job.cause or "-",
-                    "reason": job.reason or "not yet considered",
+                    "reason": job.reason or NO_REASON,
                 }
             )
     return snap
