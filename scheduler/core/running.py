@@ -289,7 +289,7 @@ class RunningIndex:
         starting.sort()
         # (lazy: a walk usually stops long before its end)
         passed = _merged([self.overrun] if gpus_only else [self.overrun, self.overrun_cpu])
-        at_now = ((now, seq, job_id) for seq, job_id in passed)
+        at_now = _at(now, passed)
         futures = [self.future] if gpus_only else [self.future, self.future_cpu]
         if starting:  # (an end counted from now may tie with the overrun ones)
             return heapq.merge(at_now, *futures, starting)
@@ -307,15 +307,7 @@ class RunningIndex:
         waiting = self.waiting.get(leaf)
         held_of = self.held
         if waiting:
-            streams.append(
-                (
-                    None,
-                    (
-                        (0, -now, neg_seq, job_id, jobs[job_id], held_of[job_id])
-                        for neg_seq, job_id in waiting
-                    ),
-                )
-            )
+            streams.append((None, _waiting(waiting, now, jobs, held_of)))
         dynamic = self.dynamic.get(leaf)
         if dynamic:
             keyed = []
@@ -397,6 +389,22 @@ def _grouped(
 ) -> Iterator[VictimItem]:
     for neg_start, neg_seq, job_id in items:
         yield ((now + neg_start) * held // MILLI, neg_start, neg_seq, job_id, jobs[job_id], held)
+
+
+def _waiting(
+    items: list[tuple[int, str]], now: int, jobs: dict[str, Job], held_of: dict[str, int]
+) -> Iterator[VictimItem]:
+    """The jobs not started yet (they lose nothing), lazily as ``_at``."""
+    for neg_seq, job_id in items:
+        yield (0, -now, neg_seq, job_id, jobs[job_id], held_of[job_id])
+
+
+def _at(now: int, passed: Iterable[tuple[int, str]]) -> Iterator[tuple[int, int, str]]:
+    """(now, seq, job) of each overrun job, lazily. A generator function, not a generator
+    expression: mypyc builds a stored generator expression whole (here every overrun job,
+    where a walk reads a few)."""
+    for seq, job_id in passed:
+        yield (now, seq, job_id)
 
 
 def _merged(orders: list[list[Any]]) -> Iterable[Any]:
