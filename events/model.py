@@ -34,10 +34,6 @@ class Resources(msgspec.Struct, frozen=True):
     memory_mib: int = 0
 
 
-Amount = Annotated[int, msgspec.Meta(ge=0)]
-"""A resource a pod asks for: never negative (a record saying otherwise does not decode)."""
-
-
 class PodSpec(msgspec.Struct, frozen=True):
     """One member of a gang.
 
@@ -46,13 +42,13 @@ class PodSpec(msgspec.Struct, frozen=True):
     """
 
     name: str
-    gpu_milli: Amount = 0
-    cpu_milli: Amount = 0
-    memory_mib: Amount = 0
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
     node_selector: dict[str, str] = {}
     group: str = ""
     """Sub-group of the gang (e.g. ``leader``, ``worker``), for per-group minimums."""
-    gpu_memory_mib: Amount = 0
+    gpu_memory_mib: int = 0
     """A fraction of one GPU asked for as device memory (used when ``gpu_milli`` is 0)."""
     tolerations: tuple[str, ...] = ()
     """Taints tolerated: ``key`` (any value) or ``key=value``."""

@@ -200,13 +200,13 @@ def test_import_bad_line_exits_2_and_writes_nothing(
     assert "missing.jsonl" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage", ["swapped", "dropped", "repeated", "negative"])
+@pytest.mark.parametrize("damage", ["swapped", "dropped", "repeated"])
 def test_import_refuses_a_damaged_export_naming_the_row(
     ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
 ) -> None:
-    """Rows moved, lost or repeated (their offsets no longer consecutive) and a pod asking
-    for a negative amount are refused, naming the line; nothing is appended. A range of
-    an export (``--from``) still imports: its offsets start anywhere."""
+    """Rows moved, lost or repeated (their offsets no longer consecutive) are refused,
+    naming the line; nothing is appended. A range of an export (``--from``) still
+    imports: its offsets start anywhere."""
     good = tmp_path / "good.jsonl"
     assert run(["log", "export", str(ledger), "--out", str(good)]) == 0
     lines = good.read_bytes().splitlines(keepends=True)
@@ -216,15 +216,9 @@ def test_import_refuses_a_damaged_export_naming_the_row(
     elif damage == "dropped":
         del lines[5]
         why = ":6: offset 6 follows offset 4"
-    elif damage == "repeated":
+    else:
         lines.insert(6, lines[5])
         why = ":7: offset 5 follows offset 5"
-    else:
-        pod = {"name": "p", "gpu_milli": -1000}
-        job = {"type": "job_submitted", "job": "j", "queue": "q", "pods": [pod]}
-        row = {"offset": 30, "type": "job_submitted", "key": "j", "at": 30, "payload": job}
-        lines.append(json.dumps(row).encode() + b"\n")
-        why = ":31: bad job_submitted payload: Expected `int` >= 0 - at `$.pods[0].gpu_milli`"
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"".join(lines))
     capsys.readouterr()
