@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.model import MILLI
-from replay.config import ConfigError, QueuesFile, WorkloadFile, parse, queue_events
+from replay.config import (
+    ConfigError,
+    JobSpec,
+    QueuesFile,
+    QueueSpec,
+    WorkloadFile,
+    parse,
+    queue_events,
+)
 from replay.traces import (
     Columns,
     Mapping,
@@ -22,6 +30,7 @@ from replay.traces import (
     queues_for,
 )
 from scheduler.cli import main
+from scheduler.cli.trace import _held_for_good
 
 DATA = Path(__file__).parent / "data" / "traces"
 COLUMNS = Columns(submit="t", gpus="g", duration="d", tenant="who")
@@ -332,3 +341,35 @@ def test_an_import_whose_times_outgrow_the_workload_format_writes_nothing(
     assert main(["trace", "import", "--format", "csv", str(trace), "--mapping", str(mapping),
                  "--out", str(out), "--time-scale", "1000"]) == 0  # fmt: skip
     assert parse(out.read_bytes(), WorkloadFile, str(out)).jobs
+
+
+def test_a_queue_deserving_less_than_its_non_preemptible_jobs_ask_is_warned_of() -> None:
+    """What the policy will reject as never fitting is said on import, per queue."""
+    jobs = [
+        JobSpec(name="a", queue="small", at_s=0, runtime_s=1, gpus_per_pod=1, priority_class="build"),
+        JobSpec(name="b", queue="small", at_s=0, runtime_s=1, pods=2, priority_class="build"),
+        JobSpec(name="c", queue="small", at_s=0, runtime_s=1, gpus_per_pod=4),  # train
+        JobSpec(
+            name="d", queue="small", at_s=0, runtime_s=1, gpus_per_pod=4,
+            priority_class="build", preemptible=True,
+        ),
+        JobSpec(name="e", queue="big", at_s=0, runtime_s=1, gpus_per_pod=2, priority_class="build"),
+    ]  # fmt: skip
+    workload = WorkloadFile(jobs=jobs)
+    queues = QueuesFile(
+        queues=[QueueSpec(name="small", deserved_gpus=0.5), QueueSpec(name="big", deserved_gpus=8)]
+    )
+    assert _held_for_good(workload, queues, None) == [
+        "queue 'small' deserves 0.5 GPUs, but 2 of its non-preemptible jobs ask for more (up "
+        "to 2): the policy rejects each as never fitting, as non-preemptible work runs only "
+        "within its queue's deserved quota; give the queue more (deserved_percent: in the "
+        "mapping)"
+    ]
+    in_percent = QueuesFile(
+        queues=[
+            QueueSpec(name="small", deserved_percent=5),
+            QueueSpec(name="big", deserved_percent=95),
+        ]
+    )
+    assert _held_for_good(workload, in_percent, None) == []  # (no cluster size: not judged)
+    assert len(_held_for_good(workload, in_percent, 20)) == 1  # 5 % of 20 GPUs: 1 GPU

@@ -31,6 +31,7 @@ from replay.traces import (
 )
 from scheduler.cli import simulate
 from scheduler.cli.errors import CliError
+from scheduler.core.state import NON_PREEMPTIBLE_FROM, priority_of
 
 
 def register(sub: Any) -> None:
@@ -129,7 +130,10 @@ def _import(args: argparse.Namespace) -> int:
     summary = result.summary
     for line in summary.lines():
         _say(line)
-    for warning in summary.warnings:
+    warnings = list(summary.warnings)
+    if args.queues_out:
+        warnings += _held_for_good(result.workload, result.queues(), gpus)
+    for warning in warnings:
         sys.stderr.write(f"gpuledger: warning: {warning}\n")
     if cluster is not None:
         nodes = sum(g.count for g in cluster.nodes)
@@ -140,6 +144,35 @@ def _import(args: argparse.Namespace) -> int:
     if args.simulate:
         return _simulate_imported(args)
     return 0
+
+
+def _held_for_good(workload: WorkloadFile, queues: QueuesFile, gpus: int | None) -> list[str]:
+    """A warning per queue whose deserved quota is below what some of its non-preemptible
+    jobs ask for: the policy rejects each of them as never fitting, since non-preemptible
+    work runs only within its queue's deserved quota (docs/policy.md). Quotas in percent
+    are judged against ``gpus`` (none without it)."""
+    deserved: dict[str, float] = {}
+    for spec in queues.queues:  # parents first
+        if spec.deserved_gpus is not None:
+            deserved[spec.name] = spec.deserved_gpus
+        elif spec.deserved_percent is not None and gpus is not None:
+            whole = deserved[spec.parent] if spec.parent else gpus
+            deserved[spec.name] = whole * spec.deserved_percent / 100
+    held: dict[str, list[float]] = {}
+    for job in workload.jobs:
+        preemptible = job.preemptible
+        if preemptible is None:
+            preemptible = priority_of(job.priority_class) < NON_PREEMPTIBLE_FROM
+        asks = job.pods * job.gpus_per_pod
+        if not preemptible and job.queue in deserved and asks > deserved[job.queue]:
+            held.setdefault(job.queue, []).append(asks)
+    return [
+        f"queue {queue!r} deserves {deserved[queue]:g} GPUs, but {len(asks):,} of its "
+        f"non-preemptible jobs ask for more (up to {max(asks):g}): the policy rejects each "
+        f"as never fitting, as non-preemptible work runs only within its queue's deserved "
+        f"quota; give the queue more (deserved_percent: in the mapping)"
+        for queue, asks in sorted(held.items())
+    ]
 
 
 def _kinds(args: argparse.Namespace, cluster: ClusterFile | None) -> list[type[Any]]:
