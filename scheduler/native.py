@@ -36,6 +36,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -280,10 +281,19 @@ def build(*, force: bool = False) -> Path:
             raise RuntimeError(
                 f"compiling the core failed (exit {done.returncode}):\n{done.stdout}{done.stderr}"
             )
+        (work / "out" / DONE).write_text(f"{', '.join(compiled_modules())}\n")
+        if (where / DONE).is_file() and not force:
+            return where  # another build of the same sources finished first: keep it
         if where.exists():
-            shutil.rmtree(where)
-        (work / "out").rename(where)
-        (where / DONE).write_text(f"{', '.join(compiled_modules())}\n")
+            # (unfinished, or --force: a process may be loading it, so it is moved aside
+            # whole and removed after, never emptied in place)
+            where.rename(work / "old")
+        try:
+            (work / "out").rename(where)
+        except OSError:
+            if not (where / DONE).is_file():
+                raise
+            # another build of the same sources moved in just before: keep that one
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _prune(where)
@@ -291,7 +301,11 @@ def build(*, force: bool = False) -> Path:
 
 
 def _prune(keep: Path) -> None:
-    """Drop all but the ``KEEP`` newest finished builds (always keeping ``keep``)."""
+    """Drop all but the ``KEEP`` newest finished builds (always keeping ``keep``), and the
+    scratch directories of builds that were killed more than a day ago."""
+    for scratch in cache().glob(".*"):
+        if scratch.is_dir() and time.time() - scratch.stat().st_mtime > 86_400:
+            shutil.rmtree(scratch, ignore_errors=True)
     builds = sorted(
         (p for p in cache().iterdir() if (p / DONE).is_file() and p != keep),
         key=lambda p: (p / DONE).stat().st_mtime,

@@ -153,3 +153,71 @@ def test_an_unknown_mode_is_refused_naming_the_variable() -> None:
     done = _python("-c", "import scheduler", core="fast")
     assert done.returncode != 0
     assert "GPULEDGER_CORE='fast': expected one of auto, native, pure" in done.stderr
+
+
+def _fake_compiler(monkeypatch: pytest.MonkeyPatch, before_done: object = None) -> list[Path]:
+    """``native.build`` with its compile step replaced by one that writes a stand-in build
+    (``before_done`` runs inside it, as another process could); the scratch directories
+    it compiled in."""
+    runs: list[Path] = []
+
+    def compile_(command: list[str], cwd: Path, **_: object) -> subprocess.CompletedProcess[str]:
+        out = Path(command[command.index("--build-lib") + 1])
+        (out / "scheduler" / "core").mkdir(parents=True)
+        (out / "scheduler" / "core" / f"policy{SUFFIX}").write_text(str(len(runs)))
+        runs.append(cwd)
+        if callable(before_done):
+            before_done()
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(native.subprocess, "run", compile_)
+    return runs
+
+
+def test_a_build_lands_whole_once_and_a_forced_one_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULEDGER_NATIVE_DIR", str(tmp_path))
+    runs = _fake_compiler(monkeypatch)
+    where = native.build()
+    assert where == tmp_path / native.key() and native.built() == where
+    assert (where / "scheduler" / "core" / f"policy{SUFFIX}").read_text() == "0"
+    assert native.build() == where and len(runs) == 1  # built: nothing compiled
+    native.build(force=True)
+    assert (where / "scheduler" / "core" / f"policy{SUFFIX}").read_text() == "1"
+    assert [p.name for p in tmp_path.iterdir()] == [where.name]  # no scratch left
+
+
+def test_a_build_that_another_process_finished_first_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULEDGER_NATIVE_DIR", str(tmp_path))
+    where = tmp_path / native.key()
+
+    def other() -> None:
+        (where / "scheduler").mkdir(parents=True)
+        (where / native.DONE).write_text("theirs\n")
+
+    _fake_compiler(monkeypatch, other)
+    assert native.build() == where
+    assert (where / native.DONE).read_text() == "theirs\n"  # theirs stands, ours is dropped
+    assert [p.name for p in tmp_path.iterdir()] == [where.name]
+
+
+def test_old_builds_and_scratch_of_killed_ones_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULEDGER_NATIVE_DIR", str(tmp_path))
+    for age, name in enumerate(["a", "b", "c", "d"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / native.DONE).write_text("")
+        os.utime(tmp_path / name / native.DONE, (1000 + age, 1000 + age))
+    killed, fresh = tmp_path / ".x-killed", tmp_path / ".y-running"
+    killed.mkdir()
+    fresh.mkdir()
+    os.utime(killed, (1000, 1000))
+    _fake_compiler(monkeypatch)
+    where = native.build()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # the new build and the two newest others (KEEP = 3), and a scratch still in use
+    assert left == sorted([where.name, "c", "d", ".y-running"])
