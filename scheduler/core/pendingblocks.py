@@ -74,12 +74,19 @@ class Summary:
         job-by-job rule of ``allocate._skip_jobs``, per distinct key."""
         if self.backoff > now:
             return False
-        keys = self.keys
-        missing = keys.keys() - skipping.keys() if skipping else keys.keys()
-        return all(
-            (limited or not preemptible) and admission_held(headroom, request, preemptible)
-            for request, preemptible in [keys[k] for k in missing] + self.unkeyed
-        )
+        for key, (request, preemptible) in self.keys.items():
+            if key not in skipping and not _held(limited, headroom, request, preemptible):
+                return False
+        for request, preemptible in self.unkeyed:
+            if not _held(limited, headroom, request, preemptible):
+                return False
+        return True
+
+
+def _held(limited: bool, headroom: Headroom, request: Request, preemptible: bool) -> bool:
+    """``allocate._skip_jobs``' test: admission holds the job back (a preemptible job only
+    where a limit applies: elsewhere it never is)."""
+    return (limited or not preemptible) and admission_held(headroom, request, preemptible)
 
 
 def minimal(requests: list[Request]) -> list[Request]:
