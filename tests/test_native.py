@@ -109,6 +109,7 @@ def test_the_compiled_core_verifies_what_the_python_core_wrote(tmp_path: Path) -
         done = _python("-m", "scheduler.cli", "replay", "--verify", "--ledger", path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "0 mismatches" in done.stdout, done.stdout
+        assert "records/s (compiled core)" in done.stdout  # it says which core checked
 
 
 def test_a_build_is_named_by_the_sources_it_was_made_from(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from events.ledgertime import format_duration
 from replay.config import ConfigError, PolicyFile, QueuesFile, load, queue_events
+from scheduler import native
 from scheduler.cli.common import fresh_dir, ledger_clock, parse_bound, print_refusals, refused_error
 from scheduler.cli.errors import (
     CliError,
@@ -99,6 +100,7 @@ def _replay(args: argparse.Namespace) -> int:
     print(
         f"replayed {result.records} records ({result.inputs} inputs, {result.decisions} "
         f"decisions in {result.cycles} cycles) in {format_duration(elapsed)}, {rate:,.0f} records/s"
+        f" ({'compiled core' if native.mode() == 'native' else 'core as Python'})"
     )
     if result.skipped:
         print(
