@@ -36,7 +36,7 @@ from scheduler.core.backfill import (
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
 from scheduler.core.fairshare import cycle_shares
-from scheduler.core.headroom import Headroom, admission_held
+from scheduler.core.headroom import Headroom, held_back
 from scheduler.core.pendingblocks import Key
 from scheduler.core.placement import (
     FailedShapes,
@@ -291,13 +291,7 @@ def _skip_jobs(s: Session, queue: Queue, at: int, stop: int) -> int:
         job = jobs[pending[at][2]]
         if job.backoff_until > now:
             break
-        # ``_admission`` asks admission of every job but a preemptible one where no limit
-        # applies (which admission never holds back).
-        if (
-            held
-            and (limited or not job.preemptible)
-            and admission_held(room, job.request, job.preemptible)
-        ):
+        if held and held_back(limited, room, job.request, job.preemptible):
             at += 1
             continue
         if skipping is not None:
@@ -496,9 +490,7 @@ def _past_held(s: Session, queue: Queue, at: int) -> int:
     room = _headroom(s, queue)
     while at < len(pending):
         job = jobs[pending[at][2]]
-        if job.backoff_until > now or not (limited or not job.preemptible):
-            break
-        if not admission_held(room, job.request, job.preemptible):
+        if job.backoff_until > now or not held_back(limited, room, job.request, job.preemptible):
             break
         at += 1
     return at

@@ -5,13 +5,14 @@ its queue's chain, or the deserved quota for non-preemptible work); ``admission_
 folds the same bounds over the chain once, and every place that only needs to know
 *whether* a job is held back — the walk behind a blocked head (``allocate._skip_jobs``,
 ``allocate._past_held``) and the summaries of pending blocks (``pendingblocks.Summary``) —
-asks ``admission_held`` here. It lives in a module of its own, importing nothing, because
-the pending blocks are part of ``State``, below ``admission``.
+asks ``admission_held`` here (the walk through ``held_back``, which passes a preemptible
+job where no limit applies without asking). It lives in a module of its own, importing
+nothing, because the pending blocks are part of ``State``, below ``admission``.
 """
 
 from __future__ import annotations
 
-__all__ = ["Headroom", "admission_held"]
+__all__ = ["Headroom", "admission_held", "held_back"]
 
 Headroom = tuple[int, int, int, int]
 """``admission.admission_headroom``: per resource the most a job may ask for within every
@@ -30,3 +31,11 @@ def admission_held(headroom: Headroom, request: tuple[int, int, int], preemptibl
         or request[2] > headroom[2]
         or (not preemptible and request[0] > headroom[3])
     )
+
+
+def held_back(
+    limited: bool, headroom: Headroom, request: tuple[int, int, int], preemptible: bool
+) -> bool:
+    """``admission_held`` as the walk asks it: a preemptible job where no limit applies
+    (``limited`` False) is never held, so it is passed without asking."""
+    return (limited or not preemptible) and admission_held(headroom, request, preemptible)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from scheduler.core.headroom import Headroom, admission_held
+from scheduler.core.headroom import Headroom, admission_held, held_back
 
 if TYPE_CHECKING:
     from scheduler.core.state import Job
@@ -75,18 +75,12 @@ class Summary:
         if self.backoff > now:
             return False
         for key, (request, preemptible) in self.keys.items():
-            if key not in skipping and not _held(limited, headroom, request, preemptible):
+            if key not in skipping and not held_back(limited, headroom, request, preemptible):
                 return False
         for request, preemptible in self.unkeyed:
-            if not _held(limited, headroom, request, preemptible):
+            if not held_back(limited, headroom, request, preemptible):
                 return False
         return True
-
-
-def _held(limited: bool, headroom: Headroom, request: Request, preemptible: bool) -> bool:
-    """``allocate._skip_jobs``' test: admission holds the job back (a preemptible job only
-    where a limit applies: elsewhere it never is)."""
-    return (limited or not preemptible) and admission_held(headroom, request, preemptible)
 
 
 def minimal(requests: list[Request]) -> list[Request]:
