@@ -31,7 +31,7 @@ from replay.traces import (
 )
 from scheduler.cli import simulate
 from scheduler.cli.errors import CliError
-from scheduler.core.state import NON_PREEMPTIBLE_FROM, priority_of
+from scheduler.core.state import preemptible_of
 
 
 def register(sub: Any) -> None:
@@ -113,26 +113,29 @@ def _import(args: argparse.Namespace) -> int:
             cluster = node_fraction(cluster, args.node_fraction)
         gpus = sum(g.count * g.gpus for g in cluster.nodes) if cluster is not None else None
         result = import_trace(args.format, args.file, mapping, args.limit, gpus or None)
-        outputs: list[tuple[Path, bytes]] = [(Path(args.out), encode(result.workload))]
-        if args.queues_out:
-            outputs.append((Path(args.queues_out), encode(result.queues())))
+        queues = result.queues() if args.queues_out else None
+        outputs: list[tuple[Path, bytes, type[Any]]] = [
+            (Path(args.out), encode(result.workload), WorkloadFile)
+        ]
+        if queues is not None:
+            outputs.append((Path(args.queues_out), encode(queues), QueuesFile))
         if cluster is not None:
-            outputs.append((Path(args.cluster_out), encode(cluster)))
-        for (path, data), kind in zip(outputs, _kinds(args, cluster), strict=True):
+            outputs.append((Path(args.cluster_out), encode(cluster), ClusterFile))
+        for path, data, kind in outputs:
             # What simulate would refuse is never written (a time scale can push a
             # workload's times past the format's bounds).
             parse(data, kind, f"{path} (as imported)")
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
-    for path, data in outputs:
+    for path, data, _ in outputs:
         write_atomic(path, data)
     elapsed = time.perf_counter() - started
     summary = result.summary
     for line in summary.lines():
         _say(line)
     warnings = list(summary.warnings)
-    if args.queues_out:
-        warnings += _held_for_good(result.workload, result.queues(), gpus)
+    if queues is not None:
+        warnings += _held_for_good(result.workload, queues, gpus)
     for warning in warnings:
         sys.stderr.write(f"gpuledger: warning: {warning}\n")
     if cluster is not None:
@@ -140,7 +143,7 @@ def _import(args: argparse.Namespace) -> int:
         gpus = sum(g.count * g.gpus for g in cluster.nodes)
         kept = f" ({args.node_fraction:g} of {listed:,})" if args.node_fraction is not None else ""
         _say(f"cluster: {nodes:,} nodes{kept} in {len(cluster.nodes)} groups, {gpus:,} GPUs")
-    _say(f"wrote {', '.join(str(p) for p, _ in outputs)} in {format_duration(elapsed)}")
+    _say(f"wrote {', '.join(str(p) for p, _, _ in outputs)} in {format_duration(elapsed)}")
     if args.simulate:
         return _simulate_imported(args)
     return 0
@@ -160,10 +163,8 @@ def _held_for_good(workload: WorkloadFile, queues: QueuesFile, gpus: int | None)
             deserved[spec.name] = whole * spec.deserved_percent / 100
     held: dict[str, list[float]] = {}
     for job in workload.jobs:
-        preemptible = job.preemptible
-        if preemptible is None:
-            preemptible = priority_of(job.priority_class) < NON_PREEMPTIBLE_FROM
         asks = job.pods * job.gpus_per_pod
+        preemptible = preemptible_of(job.priority_class, job.preemptible)
         if not preemptible and job.queue in deserved and asks > deserved[job.queue]:
             held.setdefault(job.queue, []).append(asks)
     return [
@@ -173,16 +174,6 @@ def _held_for_good(workload: WorkloadFile, queues: QueuesFile, gpus: int | None)
         f"quota; give the queue more (deserved_percent: in the mapping)"
         for queue, asks in sorted(held.items())
     ]
-
-
-def _kinds(args: argparse.Namespace, cluster: ClusterFile | None) -> list[type[Any]]:
-    """The file format of each output of ``_import``, in its order."""
-    kinds: list[type[Any]] = [WorkloadFile]
-    if args.queues_out:
-        kinds.append(QueuesFile)
-    if cluster is not None:
-        kinds.append(ClusterFile)
-    return kinds
 
 
 def _simulate_imported(args: argparse.Namespace) -> int:

@@ -50,7 +50,6 @@ from scheduler.core.state import (
     ALLOCATED,
     CANCELLED,
     FAILED,
-    NON_PREEMPTIBLE_FROM,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -63,6 +62,7 @@ from scheduler.core.state import (
     State,
     ended_code,
     node_from_capacity,
+    preemptible_of,
     priority_of,
     required,
     wake,
@@ -268,9 +268,7 @@ def _job_submitted(state: State, event: JobSubmitted, at: int) -> None:
         # names", scheduler/fold/validate.py); the fold ignores one that gets this far.
         return
     priority = priority_of(event.priority_class)
-    preemptible = (
-        event.preemptible if event.preemptible is not None else priority < NON_PREEMPTIBLE_FROM
-    )
+    preemptible = preemptible_of(event.priority_class, event.preemptible)
     state.seq += 1
     job = Job(
         job=event.job,

@@ -64,6 +64,14 @@ def ended_attempt(code: int) -> int:
     return code >> 2
 
 
+def preemptible_of(priority_class: str, preemptible: bool | None) -> bool:
+    """Whether a job may be preempted: as it says, else by its priority class (below
+    ``NON_PREEMPTIBLE_FROM``)."""
+    if preemptible is not None:
+        return preemptible
+    return priority_of(priority_class) < NON_PREEMPTIBLE_FROM
+
+
 def priority_of(priority_class: str) -> int:
     """Numeric priority of a class name; an integer string is taken as the value itself."""
     if priority_class in PRIORITY_CLASSES:
