@@ -216,9 +216,14 @@ def test_the_example_reclaims_a_whole_node() -> None:
 def test_over_quota_the_shortcut_reads_less() -> None:
     """Where the ceiling bounds the choice (reclaim beyond the gang's deserved quota), the
     shortcut ranks the nodes no more often and reads no more victims, deciding the same
-    (the victim order's pass already stops at the lost-work budget there)."""
-    nodes_on, read_on, gang_on = _counted(_over_quota(), Tuning(ceiling_stops=True))
-    nodes_off, read_off, gang_off = _counted(_over_quota(), Tuning(ceiling_stops=False))
+    (the victim order's pass already stops at the lost-work budget there). The searches
+    ``Tuning.lost_floor`` ends before any victim is read are left in, so both read."""
+    nodes_on, read_on, gang_on = _counted(
+        _over_quota(), Tuning(ceiling_stops=True, lost_floor=False)
+    )
+    nodes_off, read_off, gang_off = _counted(
+        _over_quota(), Tuning(ceiling_stops=False, lost_floor=False)
+    )
     assert nodes_on <= nodes_off
     assert 0 < read_on <= read_off
     assert gang_on == gang_off

@@ -193,6 +193,39 @@ def may_fit(index: FreeIndex, demand: list[tuple[int, int]]) -> bool:
     return all(index.slots_at_most(size) >= count for size, count in demand)
 
 
+def least_to_free(index: FreeIndex, demand: list[tuple[int, int]]) -> int:
+    """At least how many milli-GPUs evictions must free before the gang of ``demand``
+    (``gang_demand``) can fit the free GPUs of ``index``: what its pods ask beyond all
+    that is free, and for each size, what its pods need beyond the nodes' free GPUs
+    where they could go. ``count`` pods of ``size`` on nodes with ``f`` free each need
+    ``size`` of one node's: a node holds ``f // size`` of them for nothing, one more for
+    ``size - f % size``, and each further one for ``size``; the cheapest ``count`` of
+    those is the least to free (device boundaries, and the capacity of nodes, only add
+    to it)."""
+    least = 0
+    asked = 0
+    above = 0
+    for size, count in reversed(demand):  # (count: pods of at least ``size``)
+        asked += size * (count - above)
+        above = count
+        short = count - index.slots_at_most(size)
+        if short <= 0:
+            continue
+        freed = 0
+        # one pod more per node, the nodes with the most over a multiple of size first
+        for rest, nodes in sorted(
+            ((key % size, len(index.buckets[key])) for key in index.keys if key % size),
+            reverse=True,
+        ):
+            taken = min(nodes, short)
+            freed += taken * (size - rest)
+            short -= taken
+            if short <= 0:
+                break
+        least = max(least, freed + short * size)
+    return max(least, asked - index.total)
+
+
 def tolerates(node: Node, pod: PodSpec) -> bool:
     """Every taint of the node is tolerated by the pod (by key, or key=value)."""
     for key, value in node.taints:

@@ -319,6 +319,56 @@ class RunningIndex:
             streams.append((None, iter(keyed)))
         return streams
 
+    def lost_floor(self, state: State, leaves: Iterable[str], need: int, budget: int) -> int:
+        """At most the work (GPU-ms) that evicting preemptible jobs of these leaves, each
+        losing at most ``budget``, loses when together they hold ``need`` milli-GPUs;
+        NEVER when together they hold less. Counting stops once it passes ``budget``.
+
+        A fractional knapsack on costs never above the true ones, so never above what any
+        set of those jobs loses: jobs not started and checkpointing jobs count as losing
+        nothing; a group's job that started ``age`` ms ago and holds ``h`` loses
+        ``age × h / 1000`` (less under a second of rounding), so every one of its
+        milli-GPUs costs at least ``(age - 1000) / 1000``, an order of age alone, in which
+        the groups merge lazily: the reading stops within ``need`` milli-GPUs."""
+        now = state.now
+        ordered: list[Iterator[tuple[int, int]]] = []
+        smallest = NEVER
+        for leaf in leaves:
+            need -= self._lost_nothing(state, leaf, budget)
+            for held, items in self.groups.get(leaf, {}).items():
+                if held > 0 and items:
+                    ordered.append(_ages(items, held))
+                    smallest = min(smallest, held)
+        if need <= 0:
+            return 0
+        floor = 0
+        for neg_start, held in heapq.merge(*ordered):
+            age = now + neg_start
+            if age * smallest // MILLI > budget:
+                break  # every job from here on loses more than the budget
+            if age * held // MILLI > budget:
+                continue
+            part = min(held, need)
+            floor += max(0, age - MILLI) * part // MILLI
+            need -= part
+            if need <= 0 or floor > budget:
+                return floor
+        return NEVER
+
+    def _lost_nothing(self, state: State, leaf: str, budget: int) -> int:
+        """Milli-GPUs held by the leaf's preemptible jobs that ``lost_floor`` counts as
+        losing nothing: those not started, and checkpointing ones within the budget."""
+        held_of = self.held
+        total = 0
+        for _, job_id in self.waiting.get(leaf, ()):
+            total += held_of[job_id]
+        jobs = state.jobs
+        for job_id in self.dynamic.get(leaf, ()):
+            held = held_of[job_id]
+            if held > 0 and _lost(jobs[job_id], state.now, held) <= budget:
+                total += held
+        return total
+
     def victim_order(self, state: State, leaves: Iterable[str]) -> Iterator[VictimItem]:
         """The preemptible jobs of these leaves, cheapest victim first."""
         streams = [it for leaf in leaves for _, it in self.victims(state, leaf)]
@@ -389,6 +439,17 @@ def _grouped(
 ) -> Iterator[VictimItem]:
     for neg_start, neg_seq, job_id in items:
         yield ((now + neg_start) * held // MILLI, neg_start, neg_seq, job_id, jobs[job_id], held)
+
+
+def _ages(items: list[tuple[int, int, str]], held: int) -> Iterator[tuple[int, int]]:
+    """(-start, milli-GPUs held) of each of a group's jobs, newest first, lazily."""
+    for neg_start, _, _ in items:
+        yield (neg_start, held)
+
+
+def _lost(job: Job, now: int, held: int) -> int:
+    """``victim_key``'s lost work."""
+    return victim_key(job, now, held)[0]
 
 
 def _waiting(

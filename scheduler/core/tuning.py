@@ -67,6 +67,12 @@ class Tuning:
     when the node-by-node choice needs to know whether the bounds clipped it
     (``victims._Take.settle``; ``tests/test_node_by_node.py``)."""
 
+    lost_floor: bool = True
+    """Reclaim beyond a job's deserved quota reads no victim when a lower bound on the work
+    any victims holding the GPUs it lacks would lose is above its lost-work budget, and no
+    victim can be protected by a time window (``victims._beyond_budget``;
+    ``tests/test_node_by_node.py``)."""
+
     # -- output: what a cycle records besides its decisions -----------------------------
     reasons: bool = True
     """A cycle records why each waiting job waits (``JobUnschedulable``, worded in

@@ -29,6 +29,7 @@ from scheduler.core.fairshare import RESOURCES, Shares, capacity
 from scheduler.core.placement import (
     Statement,
     gang_demand,
+    least_to_free,
     may_fit,
     selector_matches,
     tolerates,
@@ -340,7 +341,15 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
         ]
     if not levels_of:
         return Candidates([])
-    take = _Take(s.state, s.victims, s.shares, levels_of, tuple(t.resource for t in takers))
+    resources = tuple(t.resource for t in takers)
+    return _taken(s, queue, job, _Take(s.state, s.victims, s.shares, levels_of, resources))
+
+
+def _taken(s: Session, queue: Queue, job: Job, take: _Take) -> Candidates:
+    """Reclaim's candidates read from ``take``'s givers, unless none could make room
+    within the job's lost-work budget (``_beyond_budget``)."""
+    if _beyond_budget(s, queue, job, take):
+        return Candidates([])
     budget = NEVER
     if s.state.tuning.budget_stops and s.state.config.victim_order != "kai":
         budget = lost_work_budget(s.state, job) if budgeted(s, queue, job, "reclaim") else NEVER
@@ -352,6 +361,29 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     if not take.clipped:
         return Candidates(victims)
     return Candidates(victims, lambda: take.run(together=False), take.allows, take)
+
+
+def _beyond_budget(s: Session, queue: Queue, job: Job, take: _Take) -> bool:
+    """Whether no victims of reclaim's givers could make room for ``job`` within its
+    lost-work budget, known without reading the victim order (``Tuning.lost_floor``):
+    whatever victims make room free at least what its pods lack on the nodes
+    (``placement.least_to_free``; fractions count as fractions), and
+    ``RunningIndex.lost_floor`` bounds from below what any such set loses. Every victim
+    set ``make_room`` could keep is then refused by the budget (``_try_rule``), and no
+    victim of the givers can be protected by a time window (``_Take._no_wakes``), so
+    reading them would ask for no wake-up either: the rule fails as it would."""
+    state = s.state
+    if not state.tuning.lost_floor or job.request[0] <= 0:
+        return False
+    if not budgeted(s, queue, job, "reclaim"):
+        return False
+    budget = lost_work_budget(state, job)
+    if budget >= NEVER or not take._no_wakes():
+        return False
+    need = least_to_free(state.free_index(), gang_demand(job, True))
+    if need <= 0:
+        return False
+    return state.running_index().lost_floor(state, take.levels_of, need, budget) > budget
 
 
 def _leveled(shares: Shares, taker: Reclaimer, mine: Queue) -> Reclaimer:
