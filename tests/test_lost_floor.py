@@ -12,6 +12,7 @@ import math
 import random
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -153,12 +154,16 @@ def test_the_lost_floor_shortcut_writes_the_same_ledger(scenario, knobs, checkpo
     assert _ledger(scenario, knobs, checkpoint, True) == _ledger(scenario, knobs, checkpoint, False)
 
 
-def _read(on: bool) -> tuple[int, int, list[bytes]]:
+def _read(on: bool, checkpoint: int | None) -> tuple[int, int, list[bytes]]:
     """Victims the victim order yielded and searches the floor ended, on ``_over_quota``
-    without checkpoints: every job the gang could take has lost minutes of work, and its
-    budget grows from nothing."""
+    with its small jobs checkpointing every ``checkpoint`` seconds (None: never): every
+    job the gang could take has lost minutes of work, and its budget grows from
+    nothing."""
     cluster, queues, workload = _over_quota()
-    jobs = [msgspec.structs.replace(j, checkpoint_interval_s=None) for j in workload.jobs]
+    jobs = [
+        msgspec.structs.replace(j, checkpoint_interval_s=checkpoint if j.name[0] != "g" else None)
+        for j in workload.jobs
+    ]
     counted = {"read": 0, "ended": 0}
     real_ordered, real_beyond = victims_module._Take._ordered, victims_module._beyond_budget
 
@@ -185,9 +190,10 @@ def _read(on: bool) -> tuple[int, int, list[bytes]]:
     return counted["read"], counted["ended"], [encode_envelope(e) for e in ledger.records]
 
 
-def test_a_search_beyond_the_budget_reads_no_victim() -> None:
-    read_on, ended_on, ledger_on = _read(True)
-    read_off, ended_off, ledger_off = _read(False)
+@pytest.mark.parametrize("checkpoint", [None, 600])
+def test_a_search_beyond_the_budget_reads_no_victim(checkpoint: int | None) -> None:
+    read_on, ended_on, ledger_on = _read(True, checkpoint)
+    read_off, ended_off, ledger_off = _read(False, checkpoint)
     assert ended_on > 0 and ended_off == 0
     assert read_on < read_off
     assert ledger_on == ledger_off

@@ -325,28 +325,22 @@ class RunningIndex:
         NEVER when together they hold less. Counting stops once it passes ``budget``.
 
         A fractional knapsack on costs never above the true ones, so never above what any
-        set of those jobs loses: jobs not started and checkpointing jobs count as losing
-        nothing; a group's job that started ``age`` ms ago and holds ``h`` loses
-        ``age × h / 1000`` (less under a second of rounding), so every one of its
-        milli-GPUs costs at least ``(age - 1000) / 1000``, an order of age alone, in which
-        the groups merge lazily: the reading stops within ``need`` milli-GPUs."""
-        now = state.now
-        ordered: list[Iterator[tuple[int, int]]] = []
-        smallest = NEVER
-        for leaf in leaves:
-            need -= self._lost_nothing(state, leaf, budget)
-            for held, items in self.groups.get(leaf, {}).items():
-                if held > 0 and items:
-                    ordered.append(_ages(items, held))
-                    smallest = min(smallest, held)
+        set of those jobs loses. Each job costs per milli-GPU it holds what an "age" says:
+        ``(age - 1000) / 1000``. A group's job that started ``age`` ms ago and holds ``h``
+        loses ``age × h / 1000`` (less under a second of rounding); a checkpointing job
+        losing ``l`` has the age ``l × 1000 // h + 1000``; a job not started loses
+        nothing. Groups are read lazily in age order (the order of their starts), so the
+        reading stops within ``need`` milli-GPUs; checkpointing jobs are keyed first."""
+        free, ordered = self._costed(state, leaves, budget)
+        need -= free
+        smallest = min((held for held, _ in ordered), default=NEVER)
         if need <= 0:
             return 0
         floor = 0
-        for neg_start, held in heapq.merge(*ordered):
-            age = now + neg_start
-            if age * smallest // MILLI > budget:
+        for age, held, lost in heapq.merge(*(stream for _, stream in ordered)):
+            if (age - MILLI) * smallest // MILLI > budget:
                 break  # every job from here on loses more than the budget
-            if age * held // MILLI > budget:
+            if lost > budget:
                 continue
             part = min(held, need)
             floor += max(0, age - MILLI) * part // MILLI
@@ -355,19 +349,34 @@ class RunningIndex:
                 return floor
         return NEVER
 
-    def _lost_nothing(self, state: State, leaf: str, budget: int) -> int:
-        """Milli-GPUs held by the leaf's preemptible jobs that ``lost_floor`` counts as
-        losing nothing: those not started, and checkpointing ones within the budget."""
-        held_of = self.held
-        total = 0
-        for _, job_id in self.waiting.get(leaf, ()):
-            total += held_of[job_id]
+    def _costed(
+        self, state: State, leaves: Iterable[str], budget: int
+    ) -> tuple[int, list[tuple[int, Iterable[tuple[int, int, int]]]]]:
+        """For ``lost_floor``: the milli-GPUs the leaves' jobs not started hold, and the
+        other preemptible jobs holding GPUs as streams of (age, milli-GPUs held, lost
+        work) in age order, each with the least any of its jobs holds: the groups read
+        lazily, the checkpointing jobs losing at most ``budget`` keyed."""
+        now = state.now
         jobs = state.jobs
-        for job_id in self.dynamic.get(leaf, ()):
-            held = held_of[job_id]
-            if held > 0 and _lost(jobs[job_id], state.now, held) <= budget:
-                total += held
-        return total
+        free = 0
+        ordered: list[tuple[int, Iterable[tuple[int, int, int]]]] = []
+        for leaf in leaves:
+            for _, job_id in self.waiting.get(leaf, ()):
+                free += self.held[job_id]
+            dear = []
+            for job_id in self.dynamic.get(leaf, ()):
+                held = self.held[job_id]
+                if held > 0:
+                    lost = victim_key(jobs[job_id], now, held)[0]
+                    if lost <= budget:
+                        dear.append((lost * MILLI // held + MILLI, held, lost))
+            if dear:
+                dear.sort()
+                ordered.append((min(held for _, held, _ in dear), dear))
+            for held, items in self.groups.get(leaf, {}).items():
+                if held > 0 and items:
+                    ordered.append((held, _ages(items, held, now)))
+        return free, ordered
 
     def victim_order(self, state: State, leaves: Iterable[str]) -> Iterator[VictimItem]:
         """The preemptible jobs of these leaves, cheapest victim first."""
@@ -441,15 +450,12 @@ def _grouped(
         yield ((now + neg_start) * held // MILLI, neg_start, neg_seq, job_id, jobs[job_id], held)
 
 
-def _ages(items: list[tuple[int, int, str]], held: int) -> Iterator[tuple[int, int]]:
-    """(-start, milli-GPUs held) of each of a group's jobs, newest first, lazily."""
+def _ages(items: list[tuple[int, int, str]], held: int, now: int) -> Iterator[tuple[int, int, int]]:
+    """(age, milli-GPUs held, lost work) of each of a group's jobs, newest first, lazily
+    (``RunningIndex.lost_floor``)."""
     for neg_start, _, _ in items:
-        yield (neg_start, held)
-
-
-def _lost(job: Job, now: int, held: int) -> int:
-    """``victim_key``'s lost work."""
-    return victim_key(job, now, held)[0]
+        age = now + neg_start
+        yield (age, held, age * held // MILLI)
 
 
 def _waiting(
