@@ -18,17 +18,16 @@ from hypothesis import strategies as st
 
 from bench.cluster import packed as packed_cluster
 from events.codec import encode_envelope
-from events.model import JobSubmitted, PodFinished, PodSpec, PodStarted
 from replay.config import PolicyFile, WorkloadFile, policy_event
-from scheduler.core import apply, cycle
 from scheduler.core import victims as victims_module
 from scheduler.core.apply import lost_work
 from scheduler.core.placement import least_to_free
 from scheduler.core.running import NEVER, held_gpu
-from scheduler.core.state import ACTIVE, FreeIndex, Node
+from scheduler.core.state import FreeIndex, Node
 from scheduler.core.tuning import Tuning
 from tests.simkit import simulate
 from tests.test_node_by_node import KNOBS, Scenario, _over_quota, packed
+from tests.test_running_index import time_passing
 
 
 def _brute_least(frees: list[int], sizes: list[int]) -> int:
@@ -96,26 +95,9 @@ def test_lost_floor_is_never_above_what_any_set_of_victims_loses() -> None:
     state = packed_cluster(12, 240, 10, "gpuledger", seed=3)
     rng = random.Random(3)
     leaves = [q.name for q in state.leaf_queues()]
-    now = state.now
     checked = pruned = 0
-    for i in range(30):
-        now += rng.choice((1, 1000, 60_000, 600_000, 3_600_000))
-        live = sorted(j.job for j in state.jobs.values() if j.status in ACTIVE)
-        for job_id in rng.sample(live, min(3, len(live))):
-            job = state.jobs[job_id]
-            apply(state, PodFinished(job=job_id, pod=job.live()[0].pod), now)
-        pod = PodSpec(name=f"x{i}-0", gpu_milli=rng.choice((250, 1000, 8000)))
-        apply(
-            state,
-            JobSubmitted(job=f"x{i}", queue=rng.choice(leaves), pods=(pod,),
-                         checkpoint_interval_ms=rng.choice((None, 300_000))),
-            now,
-        )  # fmt: skip
-        cycle(state, now)
-        for job in sorted(state.jobs.values(), key=lambda j: j.seq):
-            if job.status == "allocated" and rng.random() < 0.5:
-                for name in list(job.placements):
-                    apply(state, PodStarted(job=job.job, pod=name), now)
+    gaps = (1, 1000, 60_000, 600_000, 3_600_000)
+    for now in time_passing(state, rng, 30, gaps, (250, 1000, 8000)):
         index = state.running_index()
         for _ in range(6):
             chosen = rng.sample(leaves, rng.randint(1, 6))
@@ -129,7 +111,7 @@ def test_lost_floor_is_never_above_what_any_set_of_victims_loses() -> None:
             ]
             least = _cheapest([(h, lost) for h, lost in items if lost <= budget], need)
             floor = index.lost_floor(state, chosen, need, budget)
-            assert floor <= least, (i, chosen, need, budget)
+            assert floor <= least, (now, chosen, need, budget)
             assert least < NEVER or floor > budget  # where none could, the search ends
             checked += 1
             pruned += floor > budget

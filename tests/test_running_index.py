@@ -11,6 +11,7 @@ index away before every cycle decides the very same bytes.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -108,21 +109,21 @@ def test_a_core_that_rebuilds_the_index_every_cycle_decides_the_same(seed: int) 
         assert decided == [encode(d, now) for d in cycle(fresh, now)], f"step {step}"
 
 
-def test_orders_on_a_packed_cluster_as_time_passes() -> None:
-    """Jobs of every kind (whole-node gangs, fractions, CPU-only; checkpointing or not;
-    started or only allocated) at several times: the index reads as the plain sorts."""
-    state = packed(30, 700, 20, "gpuledger", seed=5)
-    rng = random.Random(5)
+def time_passing(
+    state: State, rng: random.Random, steps: int, gaps: tuple[int, ...], gpus: tuple[int, ...]
+) -> Iterator[int]:
+    """A packed cluster as time passes, one step after another (``now`` after each): a
+    few jobs finish a pod, one job of ``gpus`` milli-GPUs (checkpointing or not) arrives,
+    a cycle runs, and about half the jobs it placed start."""
     leaves = [q.name for q in state.leaf_queues()]
     now = state.now
-    state.running_index()
-    for i in range(40):
-        now += rng.choice((1, 1000, 600_000, 3_600_000))
+    for i in range(steps):
+        now += rng.choice(gaps)
         live = sorted(j.job for j in state.jobs.values() if j.status in ACTIVE)
         for job_id in rng.sample(live, min(3, len(live))):
             job = state.jobs[job_id]
             apply(state, PodFinished(job=job_id, pod=job.live()[0].pod), now)
-        pod = PodSpec(name=f"x{i}-0", gpu_milli=rng.choice((0, 250, 1000)), cpu_milli=100)
+        pod = PodSpec(name=f"x{i}-0", gpu_milli=rng.choice(gpus), cpu_milli=100)
         apply(
             state,
             JobSubmitted(
@@ -137,7 +138,19 @@ def test_orders_on_a_packed_cluster_as_time_passes() -> None:
             if job.status == "allocated" and rng.random() < 0.5:
                 for name in list(job.placements):
                     apply(state, PodStarted(job=job.job, pod=name), now)
+        yield now
+
+
+def test_orders_on_a_packed_cluster_as_time_passes() -> None:
+    """Jobs of every kind (whole-node gangs, fractions, CPU-only; checkpointing or not;
+    started or only allocated) at several times: the index reads as the plain sorts."""
+    state = packed(30, 700, 20, "gpuledger", seed=5)
+    rng = random.Random(5)
+    leaves = [q.name for q in state.leaf_queues()]
+    state.running_index()
+    for _ in time_passing(state, rng, 40, (1, 1000, 600_000, 3_600_000), (0, 250, 1000)):
         _check(state)
+    now = state.now
     apply(state, QueueConfigured(queue=leaves[0], deserved_gpu_percent=5), now)
     assert state.running_cache is None  # the tree may have changed: built afresh
     state.running_index()
