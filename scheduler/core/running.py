@@ -333,9 +333,9 @@ class RunningIndex:
         reading stops within ``need`` milli-GPUs; checkpointing jobs are keyed first."""
         free, ordered = self._costed(state, leaves, budget)
         need -= free
-        smallest = min((held for held, _ in ordered), default=NEVER)
         if need <= 0:
             return 0
+        smallest = min((held for held, _ in ordered), default=NEVER)
         floor = 0
         for age, held, lost in heapq.merge(*(stream for _, stream in ordered)):
             if (age - MILLI) * smallest // MILLI > budget:

@@ -71,7 +71,7 @@ class Tuning:
     """Reclaim beyond a job's deserved quota reads no victim when a lower bound on the work
     any victims holding the GPUs it lacks would lose is above its lost-work budget, and no
     victim can be protected by a time window (``victims._beyond_budget``;
-    ``tests/test_node_by_node.py``)."""
+    ``tests/test_lost_floor.py``)."""
 
     # -- output: what a cycle records besides its decisions -----------------------------
     reasons: bool = True

@@ -348,12 +348,12 @@ def reclaim_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
 def _taken(s: Session, queue: Queue, job: Job, take: _Take) -> Candidates:
     """Reclaim's candidates read from ``take``'s givers, unless none could make room
     within the job's lost-work budget (``_beyond_budget``)."""
-    if _beyond_budget(s, queue, job, take):
+    state = s.state
+    budget = lost_work_budget(state, job) if budgeted(s, queue, job, "reclaim") else NEVER
+    if _beyond_budget(state, job, take, budget):
         return Candidates([])
-    budget = NEVER
-    if s.state.tuning.budget_stops and s.state.config.victim_order != "kai":
-        budget = lost_work_budget(s.state, job) if budgeted(s, queue, job, "reclaim") else NEVER
-    victims = take.run(together=True, budget=budget)
+    stops = state.tuning.budget_stops and state.config.victim_order != "kai"
+    victims = take.run(together=True, budget=budget if stops else NEVER)
     if take.partial:
         # Read up to the budget: whether it clipped is settled only if that matters
         # (``make_room``, ``_Take.settle``).
@@ -363,22 +363,18 @@ def _taken(s: Session, queue: Queue, job: Job, take: _Take) -> Candidates:
     return Candidates(victims, lambda: take.run(together=False), take.allows, take)
 
 
-def _beyond_budget(s: Session, queue: Queue, job: Job, take: _Take) -> bool:
+def _beyond_budget(state: State, job: Job, take: _Take, budget: int) -> bool:
     """Whether no victims of reclaim's givers could make room for ``job`` within its
-    lost-work budget, known without reading the victim order (``Tuning.lost_floor``):
-    whatever victims make room free at least what its pods lack on the nodes
-    (``placement.least_to_free``; fractions count as fractions), and
+    lost-work ``budget`` (NEVER: none bounds it), known without reading the victim order
+    (``Tuning.lost_floor``): whatever victims make room free at least what its pods lack
+    on the nodes (``placement.least_to_free``; fractions count as fractions), and
     ``RunningIndex.lost_floor`` bounds from below what any such set loses. Every victim
     set ``make_room`` could keep is then refused by the budget (``_try_rule``), and no
     victim of the givers can be protected by a time window (``_Take._no_wakes``), so
     reading them would ask for no wake-up either: the rule fails as it would."""
-    state = s.state
-    if not state.tuning.lost_floor or job.request[0] <= 0:
+    if not state.tuning.lost_floor or job.request[0] <= 0 or budget >= NEVER:
         return False
-    if not budgeted(s, queue, job, "reclaim"):
-        return False
-    budget = lost_work_budget(state, job)
-    if budget >= NEVER or not take._no_wakes():
+    if not take._no_wakes():
         return False
     need = least_to_free(state.free_index(), gang_demand(job, True))
     if need <= 0:
