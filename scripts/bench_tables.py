@@ -38,9 +38,9 @@ def _value(value: float | None, unit: str) -> str:
 
 
 def _core(p: dict[str, Any]) -> str:
-    """How the run ran the policy core (``bench.measure.provenance``), as a clause; "" for
-    runs measured before it was recorded."""
-    return {"native": ", compiled core", "pure": ", core as Python"}.get(p.get("core", ""), "")
+    """How the run ran the policy core (``bench.measure.provenance``); "" for runs
+    measured before it was recorded."""
+    return {"native": "compiled core", "pure": "core as Python"}.get(p.get("core", ""), "")
 
 
 def core_table(data: dict[str, Any]) -> str:
@@ -56,11 +56,12 @@ def core_table(data: dict[str, Any]) -> str:
             f"{_value(row['fifo'], unit)} | {target} | {meets} |"
         )
     p = data.get("provenance") or {}
+    core = _core(p)
     lines += [
         "",
         f"Measured by `python -m bench.core` on commit `{p.get('commit', '?')}`, "
         f"{p.get('date', '?')}, on {p.get('machine', '?')} (Python {p.get('python', '?')}"
-        f"{_core(p)}, load average {p.get('load', '?')} at the end).",
+        f"{', ' + core if core else ''}, load average {p.get('load', '?')} at the end).",
     ]
     return "\n".join(lines)
 
@@ -98,12 +99,12 @@ def forecast_table(data: dict[str, Any]) -> str:
             f"took {cost['seconds']:,.1f} s ({cost['cpu_seconds']:,.1f} CPU-s; target ≤ 10 s).",
         ]
     p = data.get("provenance") or {}
-    core = _core(p)[2:] + ", " if _core(p) else ""
+    core = _core(p)
     lines += [
         "",
         f"Measured by `python -m bench.forecast` on commit `{p.get('commit', '?')}`, "
-        f"{p.get('date', '?')}, on {p.get('machine', '?')} ({core}load average "
-        f"{p.get('load', '?')} at the end).",
+        f"{p.get('date', '?')}, on {p.get('machine', '?')} "
+        f"({core + ', ' if core else ''}load average {p.get('load', '?')} at the end).",
     ]
     return "\n".join(lines)
 
