@@ -8,6 +8,8 @@ quota; and the ledger replays with zero mismatches.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -256,6 +258,7 @@ def check_state(state) -> None:  # type: ignore[no-untyped-def]
         fresh = RunningIndex.of(state).content(state.now)
         assert state.running_cache.content(state.now) == fresh
     for name, blocks in state.blocks_cache.items():
+        from scheduler.core.allocate import skip_id
         from scheduler.core.pendingblocks import summarise
 
         pending = state.queues[name].pending
@@ -266,7 +269,18 @@ def check_state(state) -> None:  # type: ignore[no-untyped-def]
             assert all(key >= blocks.starts[b] for key in pending[start : start + count])
             summary = blocks.summaries[b]
             if summary is not None:
-                assert summary == summarise(pending, start, start + count, state.jobs)
+                # (a summary grown by added jobs lists its requests without a key in
+                # another order: the order decides nothing)
+                whole = summarise(
+                    pending, start, start + count, state.jobs, partial(skip_id, state)
+                )
+                assert sorted(summary.unkeyed) == sorted(whole.unkeyed)
+                assert (summary.preemptible, summary.fixed, summary.backoff, summary.keys) == (
+                    whole.preemptible,
+                    whole.fixed,
+                    whole.backoff,
+                    whole.keys,
+                )
             start += count
 
 

@@ -110,6 +110,7 @@ def renumber(state: State) -> None:
         shape.skip_id = -2
     for blocks in state.blocks_cache.values():
         blocks.summaries = [None] * len(blocks.summaries)
+        blocks.grew = [None] * len(blocks.grew)
 
 
 def carried_failures(state: State) -> FailedShapes | None:

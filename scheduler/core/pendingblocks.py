@@ -156,6 +156,29 @@ def summarise(
     return Summary(minimal(preemptible), minimal(fixed), backoff, keys, list(unkeyed))
 
 
+def grown(summary: Summary, added: list[Key], jobs: dict[str, Job], skip_of: SkipOf) -> Summary:
+    """The summary of a block's jobs and the jobs ``added`` to it since, from the block's
+    summary: the minimal requests of the whole are the minimal ones of its minimal requests
+    and the added ones (a request another dominates is dominated by a minimal one), and
+    what ``Summary.all_held`` and ``Summary.passes`` ask of the rest depends on no order.
+    It costs the jobs added, not the block."""
+    preemptible = list(summary.preemptible)
+    fixed = list(summary.fixed)
+    backoff = summary.backoff
+    keys = dict(summary.keys)
+    unkeyed = dict.fromkeys(summary.unkeyed)
+    for _, _, job_id in added:
+        job = jobs[job_id]
+        (preemptible if job.preemptible else fixed).append(job.request)
+        backoff = max(backoff, job.backoff_until)
+        key = skip_of(job)
+        if key < 0:
+            unkeyed[(job.request, job.preemptible)] = None
+        else:
+            keys[key] = (job.request, job.preemptible)
+    return Summary(minimal(preemptible), minimal(fixed), backoff, keys, list(unkeyed))
+
+
 @dataclass(slots=True)
 class PendingBlocks:
     """One leaf queue's pending order cut into blocks of consecutive keys: block ``b``
@@ -167,6 +190,9 @@ class PendingBlocks:
     """How many pending keys each block holds (none is empty)."""
     summaries: list[Summary | None] = field(default_factory=list)
     """Each block's summary (None: to be worked out)."""
+    grew: list[tuple[Summary, list[Key]] | None] = field(default_factory=list)
+    """Per block whose summary is None only because jobs were added to it: the summary it
+    had, and the keys added since (``grown``). None once a job left the block."""
     size: int = 32
     """Jobs per block as the blocks are first cut (``Tuning.block``); a block that grows
     past twice this is cut in two."""
@@ -180,7 +206,7 @@ class PendingBlocks:
         worked out."""
         starts = pending[::size]
         counts = [min(size, len(pending) - i) for i in range(0, len(pending), size)]
-        return cls(starts, counts, [None] * len(starts), size)
+        return cls(starts, counts, [None] * len(starts), [None] * len(starts), size)
 
     def added(self, pending: list[Key], key: Key) -> None:
         """``key`` was put into ``pending`` (which holds it now)."""
@@ -192,13 +218,13 @@ class PendingBlocks:
             starts.append(key)
             self.counts.append(1)
             self.summaries.append(None)
+            self.grew.append(None)
             return
         b = bisect_right(starts, key) - 1
         if b < 0:
             b = 0
             starts[0] = key
         self.counts[b] += 1
-        self.summaries[b] = None
         count = self.counts[b]
         if count > 2 * self.size:
             lo = bisect_left(pending, starts[b])
@@ -206,17 +232,31 @@ class PendingBlocks:
             starts.insert(b + 1, pending[lo + half])
             self.counts[b] = half
             self.counts.insert(b + 1, count - half)
+            self.summaries[b] = None
             self.summaries.insert(b + 1, None)
+            self.grew[b] = None
+            self.grew.insert(b + 1, None)
+            return
+        summary = self.summaries[b]
+        if summary is not None:
+            self.summaries[b] = None
+            self.grew[b] = (summary, [key])
+        else:
+            grew = self.grew[b]
+            if grew is not None:
+                grew[1].append(key)
 
     def removed(self, key: Key) -> None:
         """``key`` was taken out of the pending order."""
         b = bisect_right(self.starts, key) - 1
         self.counts[b] -= 1
         self.summaries[b] = None
+        self.grew[b] = None
         if not self.counts[b]:
             del self.starts[b]
             del self.counts[b]
             del self.summaries[b]
+            del self.grew[b]
 
     def keep(
         self, first: Key | None, stop: Key | None, limited: bool, headroom: Headroom, now: int
@@ -236,5 +276,11 @@ class PendingBlocks:
         """Block ``b``'s summary; ``lo`` is where it begins in ``pending``."""
         found = self.summaries[b]
         if found is None:
-            found = self.summaries[b] = summarise(pending, lo, lo + self.counts[b], jobs, skip_of)
+            grew = self.grew[b]
+            if grew is not None:
+                found = grown(grew[0], grew[1], jobs, skip_of)
+                self.grew[b] = None
+            else:
+                found = summarise(pending, lo, lo + self.counts[b], jobs, skip_of)
+            self.summaries[b] = found
         return found

@@ -1,8 +1,8 @@
 """Re-run a ledger's records and compare each decision with the recorded one.
 
 The ledger interleaves inputs with the decisions of the cycles that followed them; each
-cycle ends with ``CycleCompleted``. ``Replayer`` folds the inputs through the runtime step
-every runner uses (``Runtime.take``), and where the ledger shows a cycle it runs one
+cycle ends with ``CycleCompleted``. ``Replayer`` folds the inputs as recorded
+(``Runtime.take_recorded``), and where the ledger shows a cycle it runs one
 (``Runtime.run_cycle``) at that cycle's time and compares every produced decision with the
 recorded one, as msgpack envelope bytes (at the envelope version the ledger was written
 at). A cycle also updates bookkeeping its decisions do not carry (fair-share usage,
@@ -94,7 +94,7 @@ class Replayer:
         self.inputs += 1
         if isinstance(event, PolicyConfigured) and event.revision != REVISION:
             self.other_revision = (offset, event.revision)
-        self.runtime.take([(event, env.at)], env.at)
+        self.runtime.take_recorded(event, env.at)
         return None
 
     def _decision(self, offset: int, env: Envelope) -> Divergence | None:

@@ -136,6 +136,12 @@ class Runtime:
             result.accepted += 1
         return result
 
+    def take_recorded(self, event: Event, at: int) -> None:
+        """Fold one input a ledger recorded, at the time it was recorded: it was taken
+        (validated, stamped) when it entered the ledger, so it is neither judged again nor
+        wrapped into a record (``Replayer``, which re-runs a ledger)."""
+        apply(self.state, event, at)
+
     def run_cycle(self, now: int, result: StepResult | None = None) -> list[Event]:
         """One cycle at ``now`` (the second half of ``step``); its decisions are appended
         to ``result``'s records when given."""
