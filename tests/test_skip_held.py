@@ -36,6 +36,7 @@ from replay.config import (
     PolicyFile,
     QueuesFile,
     QueueSpec,
+    Timing,
     WorkloadFile,
     policy_event,
 )
@@ -109,7 +110,14 @@ def congested(draw: st.DrawFn) -> tuple[ClusterFile, QueuesFile, WorkloadFile]:
                 expected_runtime_s=expected,
             )
         )
-    return ClusterFile(nodes=groups), QueuesFile(queues=queues), WorkloadFile(jobs=jobs)
+    # Pods that take long to start move their jobs' expected ends from their placement to
+    # their start, past the reservations worked out before (``State.started_end_cache``).
+    timing = Timing(startup_s=draw(st.sampled_from([2.0, 2.0, 45.0, 400.0])))
+    return (
+        ClusterFile(nodes=groups, timing=timing),
+        QueuesFile(queues=queues),
+        WorkloadFile(jobs=jobs),
+    )
 
 
 def _held_behind_a_limit() -> tuple[ClusterFile, QueuesFile, WorkloadFile]:

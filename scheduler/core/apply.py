@@ -94,8 +94,22 @@ def _on_pod_started(state: State, event: PodStarted, at: int) -> None:
         job.started[pod] = at
         if job.status == ALLOCATED and len(job.started) >= required(job):
             job.status = RUNNING
+            _note_start_end(state, job, at)
             job.started_at = at
             _reindex(state, job)
+
+
+def _note_start_end(state: State, job: Job, at: int) -> None:
+    """The job's gang starts at ``at``: its expected end moves from its allocation to its
+    start (``RunningIndex.add``); keep the earlier of both for the reservations
+    (``State.started_end_cache``). A job without an allocation time (its end counts from
+    any cycle's ``now``) counts as ending at once."""
+    runtime = job.expected_runtime_ms
+    if runtime is None:
+        return  # its end is unknown before and after: last in every release order
+    began = job.started_at if job.started_at is not None else job.allocated_at
+    end = 0 if began is None else min(began, at) + runtime - job.checkpointed_ms
+    state.started_end_cache = min(state.started_end_cache, end)
 
 
 def _on_pod_finished(state: State, event: PodFinished, at: int) -> None:
@@ -723,11 +737,15 @@ def lost_work(job: Job, now: int, gpu_milli: int | None = None) -> tuple[int, in
     return ((ran - kept) * gpu_milli // MILLI, kept)
 
 
-_QUIET: Final[frozenset[type[Event]]] = frozenset({JobSubmitted, JobUnschedulable, CycleCompleted})
+_QUIET: Final[frozenset[type[Event]]] = frozenset(
+    {JobSubmitted, JobUnschedulable, CycleCompleted, PodStarted}
+)
 """Folded events that change nothing a reservation is worked out from
 (``State.changes_cache``): a new job's submission only adds to a pending order; a reason
 and a cycle's end only mark jobs and the state. A submission for a job the state holds
-already is not quiet. Events without a fold change nothing but ``now``."""
+already is not quiet. A pod's start moves its job's expected end only when its gang
+starts, and that is kept apart (``State.started_end_cache``). Events without a fold change
+nothing but ``now``."""
 
 _NO_ROOM_MADE: Final[frozenset[type[Event]]] = _QUIET | {PodsAllocated, PodStarted}
 """Folded events that give no capacity back and change no node (``State.freed_cache``):

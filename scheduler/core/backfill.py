@@ -132,15 +132,21 @@ def carried_plans(state: State) -> dict[tuple[object, ...], Reservation | None]:
     work out the same way: all of them, or none.
 
     A reservation rests on the nodes, the running jobs and their expected ends: no event
-    but a new job's submission, a reason or a cycle's end may have been applied since
-    (``State.changes_cache``). The ends depend on ``now`` too, and only in this: an end
-    that has passed counts as ``now``. So no further running job may have overrun its end
-    since, none may be without a start (its end counts from ``now``), and no reservation
-    kept may rest on an overrun end (one that starts at the time it was worked out; those
-    are not kept). Then the running jobs are released in the same order and every
-    reservation comes out the same."""
+    but a new job's submission, a pod's start, a reason or a cycle's end may have been
+    applied since (``State.changes_cache``). A gang's start moves its job's end from its
+    allocation to its start, later: a job that ended after every reservation's start was
+    released after each was found and still is, so every job that started since must end
+    after the latest start kept, before and after its start
+    (``State.started_end_cache``). The ends depend on ``now`` too, and only in this: an
+    end that has passed counts as ``now``. So no further running job may have overrun its
+    end since, none may be without a start (its end counts from ``now``), and no
+    reservation kept may rest on an overrun end (one that starts at the time it was worked
+    out; those are not kept). Then the running jobs are released in the same order up to
+    every reservation's start and every reservation comes out the same."""
     memo = state.planned_cache
     if memo is None or memo.changes != state.changes_cache or not memo.planned:
+        return {}
+    if state.started_end_cache != NEVER and state.started_end_cache <= memo.latest:
         return {}
     index = state.running_index()
     index.advance(state.now)
@@ -155,7 +161,9 @@ def keep_plans(s: Session) -> None:
     index = state.running_index()
     index.advance(state.now)
     kept = {key: r for key, r in s.planned.items() if r is None or r.start > state.now}
-    state.planned_cache = PlannedMemo(state.changes_cache, index.overrun_count(), kept)
+    latest = max((NEVER if r is None else r.start for r in kept.values()), default=0)
+    state.planned_cache = PlannedMemo(state.changes_cache, index.overrun_count(), latest, kept)
+    state.started_end_cache = NEVER
 
 
 def _reservation_shape(job: Job, victims: Victims) -> tuple[object, ...] | None:

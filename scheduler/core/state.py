@@ -15,7 +15,7 @@ from typing import Final
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec, PolicyConfigured, Resources
 from scheduler.core.pendingblocks import PendingBlocks
-from scheduler.core.running import RunningIndex
+from scheduler.core.running import NEVER, RunningIndex
 from scheduler.core.tuning import DEFAULT, Tuning
 
 PRIORITY_CLASSES: Final[dict[str, int]] = {
@@ -281,6 +281,9 @@ class PlannedMemo:
     """``State.changes_cache`` when they were worked out."""
     overrun: int
     """How many running jobs had overrun their expected end then."""
+    latest: int
+    """The latest start of the reservations kept (NEVER where one has no known start,
+    or the job never fits)."""
     planned: dict[tuple[object, ...], Reservation | None]
     """Key -> the reservation (None: the job never fits)."""
 
@@ -365,8 +368,13 @@ class State:
     dropped by ``remove_pending``."""
     changes_cache: int = 0
     """Cache: counts the applied events that can change what a reservation is worked out
-    from (every event ``apply`` folds but a new job's submission, a reason and a cycle's
-    end; ``apply._QUIET``)."""
+    from (every event ``apply`` folds but a new job's submission, a pod's start, a reason
+    and a cycle's end; ``apply._QUIET``)."""
+    started_end_cache: int = NEVER
+    """Cache: the earliest expected end, as it was before and as it is after their start,
+    of the jobs whose gangs started since the last cycle kept its reservations
+    (``backfill.keep_plans``; NEVER: none). A start moves only the started job's end, so
+    a reservation that starts before both stands (``backfill.carried_plans``)."""
     uniform_cache: UniformGangs | None = None
     """Cache: the pending plain gangs by pod size and gang size (built on first use, kept
     by ``add_pending`` and when read; dropped when the queue tree changes, or when more
