@@ -588,6 +588,17 @@ class _Plan:
     evicted: list[tuple[Job, str]] = field(default_factory=list)
     moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
 
+    def __init__(
+        self,
+        placements: list[PodPlacement],
+        evicted: list[tuple[Job, str]] | None = None,
+        moves: list[tuple[Job, list[PodPlacement]]] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.placements = placements
+        self.evicted = [] if evicted is None else evicted
+        self.moves = [] if moves is None else moves
+
 
 def _try_job(s: Session, queue: Queue, job: Job, *, head: bool) -> Tried:
     """Place one admitted job; a queue's head may also make room. The caller records why

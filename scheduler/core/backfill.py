@@ -45,6 +45,10 @@ class RunningEnds:
 
     state: State
 
+    def __init__(self, state: State) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.state = state
+
     def ordered(self, gpus_only: bool) -> Iterator[tuple[int, int, str]]:
         """(expected end, seq, job) of the active jobs (asking for GPUs, if ``gpus_only``),
         soonest first; lazy."""
@@ -311,6 +315,30 @@ class _Release:
     """Booked job -> (the job, its nodes with the milli-GPUs it holds on each)."""
     on_node: dict[str, list[str]] = field(default_factory=dict)
     """Per node: the jobs booked with a pod there (some may be evicted since)."""
+
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        stmt: Statement,
+        pod_size: int,
+        free: int,
+        spots: dict[str, tuple[tuple[str, int], ...]],
+        held: dict[str, int],
+        slots: int = 0,
+        extra: dict[str, int] | None = None,
+        booked: dict[str, tuple[Job, Sequence[tuple[str, int]]]] | None = None,
+        on_node: dict[str, list[str]] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.stmt = stmt
+        self.pod_size = pod_size
+        self.free = free
+        self.spots = spots
+        self.held = held
+        self.slots = slots
+        self.extra = {} if extra is None else extra
+        self.booked = {} if booked is None else booked
+        self.on_node = {} if on_node is None else on_node
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.pod_size > 0 and self.stmt.index is not None:

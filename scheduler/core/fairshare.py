@@ -101,6 +101,19 @@ class Shares:
     during this cycle: borrowing done in a cycle is not grounds for reclaiming from the
     same queue in that cycle."""
 
+    def __init__(
+        self,
+        fair: dict[str, list[int]],
+        deserved: dict[str, list[int]],
+        demand: dict[str, list[int]],
+        placed: dict[str, list[int]] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.fair = fair
+        self.deserved = deserved
+        self.demand = demand
+        self.placed = {} if placed is None else placed
+
     def held_before(self, queue: Queue, resource: int) -> int:
         """What ``queue`` held of ``resource`` before this cycle's placements."""
         placed = self.placed.get(queue.name)
@@ -203,6 +216,23 @@ class _Division:
     rank: dict[str, int] | None = None
     """Under ``share_rounding: whole``, each queue's place in the order queues were first
     configured (``State.queues`` keeps it); None for the exact milli division."""
+
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        state: State,
+        resource: int,
+        demand: dict[str, list[int]],
+        shares: dict[str, list[int]],
+        deserved: dict[str, list[int]],
+        rank: dict[str, int] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.state = state
+        self.resource = resource
+        self.demand = demand
+        self.shares = shares
+        self.deserved = deserved
+        self.rank = rank
 
     def children(self, queue: Queue) -> list[Queue]:
         return [self.state.queues[c] for c in queue.children if c in self.state.queues]

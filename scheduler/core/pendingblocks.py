@@ -52,6 +52,21 @@ class Summary:
     unkeyed: list[tuple[Request, bool]] = field(default_factory=list)
     """The requests and preemptibility of its jobs that have no skip key."""
 
+    def __init__(
+        self,
+        preemptible: list[Request],
+        fixed: list[Request],
+        backoff: int,
+        keys: dict[int, tuple[Request, bool]] | None = None,
+        unkeyed: list[tuple[Request, bool]] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.preemptible = preemptible
+        self.fixed = fixed
+        self.backoff = backoff
+        self.keys = {} if keys is None else keys
+        self.unkeyed = [] if unkeyed is None else unkeyed
+
     def all_held(self, limited: bool, headroom: Headroom, now: int) -> bool:
         """Whether the walk passes over every job of the block (``_skip_known``): none
         backs off at ``now`` and admission holds back each (``admission_held``; where no
@@ -94,7 +109,7 @@ def minimal(requests: list[Request]) -> list[Request]:
     return kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HeldRun:
     """Consecutive pending keys, from ``first`` up to (not including) ``stop`` (None: to the
     end of the order), whose every job admission held back at ``now`` under ``headroom``
@@ -109,6 +124,16 @@ class HeldRun:
     limited: bool
     headroom: Headroom
     now: int
+
+    def __init__(
+        self, first: Key, stop: Key | None, limited: bool, headroom: Headroom, now: int
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.first = first
+        self.stop = stop
+        self.limited = limited
+        self.headroom = headroom
+        self.now = now
 
     def covers(self, key: Key) -> bool:
         """Whether ``key`` lies within the run."""
@@ -199,6 +224,23 @@ class PendingBlocks:
     held: HeldRun | None = None
     """The last run of whole blocks a walk found held back by admission
     (``allocate._pass_blocks``), valid across cycles as ``HeldRun`` says."""
+
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        starts: list[Key] | None = None,
+        counts: list[int] | None = None,
+        summaries: list[Summary | None] | None = None,
+        grew: list[tuple[Summary, list[Key]] | None] | None = None,
+        size: int = 32,
+        held: HeldRun | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.starts = [] if starts is None else starts
+        self.counts = [] if counts is None else counts
+        self.summaries = [] if summaries is None else summaries
+        self.grew = [] if grew is None else grew
+        self.size = size
+        self.held = held
 
     @classmethod
     def of(cls, pending: list[Key], size: int) -> PendingBlocks:

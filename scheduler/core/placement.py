@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from events.model import MILLI, GpuSlot, PodPlacement, PodSpec
@@ -313,6 +313,16 @@ class _Step:
     slots: tuple[GpuSlot, ...]
     taken: bool
 
+    def __init__(
+        self, node: Node, job: str, pod: PodSpec, slots: tuple[GpuSlot, ...], taken: bool
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.node = node
+        self.job = job
+        self.pod = pod
+        self.slots = slots
+        self.taken = taken
+
 
 @dataclass(slots=True)
 class Statement:
@@ -324,12 +334,27 @@ class Statement:
     """
 
     nodes: dict[str, Node]
-    fractional: bool = True
-    score: NodeScore = binpack_score
-    steps: list[_Step] = field(default_factory=list)
-    evicted: list[str] = field(default_factory=list)
-    index: FreeIndex | None = None
+    fractional: bool
+    score: NodeScore
+    index: FreeIndex | None
     """The state's free-capacity index, when ``nodes`` are the state's own nodes."""
+    steps: list[_Step]
+    evicted: list[str]
+
+    def __init__(
+        self,
+        nodes: dict[str, Node],
+        fractional: bool = True,
+        score: NodeScore = binpack_score,
+        index: FreeIndex | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.nodes = nodes
+        self.fractional = fractional
+        self.score = score
+        self.index = index
+        self.steps = []
+        self.evicted = []
 
     def checkpoint(self) -> tuple[int, int]:
         """A point to roll back to."""

@@ -246,6 +246,21 @@ class JobShape:
     skip_id: int = -2
     """``skip`` as a small number (``allocate.skip_id``: -1 none, -2 not numbered yet)."""
 
+    def __init__(
+        self,
+        job: Job,
+        memo: tuple[tuple[object, ...], tuple[int, ...]] | None,
+        skip: tuple[object, ...] | None,
+        uniform: int,
+        skip_id: int = -2,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.job = job
+        self.memo = memo
+        self.skip = skip
+        self.uniform = uniform
+        self.skip_id = skip_id
+
 
 @dataclass(slots=True)
 class Reservation:
@@ -259,6 +274,15 @@ class Reservation:
     start: int
     nodes: dict[str, None]
     draining: bool = False
+
+    def __init__(
+        self, job: str, start: int, nodes: dict[str, None], draining: bool = False
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.job = job
+        self.start = start
+        self.nodes = nodes
+        self.draining = draining
 
 
 @dataclass(slots=True)
@@ -287,6 +311,19 @@ class PlannedMemo:
     planned: dict[tuple[object, ...], Reservation | None]
     """Key -> the reservation (None: the job never fits)."""
 
+    def __init__(
+        self,
+        changes: int,
+        overrun: int,
+        latest: int,
+        planned: dict[tuple[object, ...], Reservation | None],
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.changes = changes
+        self.overrun = overrun
+        self.latest = latest
+        self.planned = planned
+
 
 @dataclass(slots=True)
 class FailedMemo:
@@ -297,6 +334,13 @@ class FailedMemo:
     """``State.freed_cache`` when they were kept."""
     failures: dict[object, dict[tuple[object, ...], list[tuple[int, ...]]]]
     """``FailedShapes.failed``: blocked token -> kind -> the smallest requests that failed."""
+
+    def __init__(
+        self, freed: int, failures: dict[object, dict[tuple[object, ...], list[tuple[int, ...]]]]
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.freed = freed
+        self.failures = failures
 
 
 @dataclass(slots=True)
@@ -311,6 +355,21 @@ class ShareMemo:
     demand: dict[str, list[int]]
     fair: dict[str, list[int]]
     deserved: dict[str, list[int]]
+
+    def __init__(
+        self,
+        config: PolicyConfigured,
+        topology: int,
+        demand: dict[str, list[int]],
+        fair: dict[str, list[int]],
+        deserved: dict[str, list[int]],
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.config = config
+        self.topology = topology
+        self.demand = demand
+        self.fair = fair
+        self.deserved = deserved
 
 
 @dataclass(slots=True)

@@ -55,6 +55,17 @@ class Victims:
     held: dict[str, int] = field(default_factory=dict)
     lost_memo: dict[tuple[str, int, int], int] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        state: State,
+        held: dict[str, int] | None = None,
+        lost_memo: dict[tuple[str, int, int], int] | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.state = state
+        self.held = {} if held is None else held
+        self.lost_memo = {} if lost_memo is None else lost_memo
+
     def streams(self, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's victims as sorted streams, each with the GPUs every job in it holds
         (None: they differ)."""
@@ -226,6 +237,19 @@ class Candidates:
     take: _Take | None = None
     """Reclaim's bounds, counted victim by victim (``_node_by_node``), with ``wider``."""
 
+    def __init__(
+        self,
+        victims: list[Job],
+        wider: Callable[[], list[Job]] | None = None,
+        allows: Callable[[list[Job]], bool] | None = None,
+        take: _Take | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.victims = victims
+        self.wider = wider
+        self.allows = allows
+        self.take = take
+
 
 def backfilled_under(job: Job, victims: Victims) -> list[Job]:
     """Jobs backfilled into this job's reservation gap, in victim order."""
@@ -266,7 +290,7 @@ def preempt_candidates(s: Session, queue: Queue, job: Job) -> Candidates:
     return Candidates(found)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reclaimer:
     """The queue reclaiming ``need`` of one resource (0 GPU, 1 CPU, 2 memory) for a job,
     and by which strategies: fair-share reclaim (it stays within its fair share of that
@@ -276,7 +300,17 @@ class Reclaimer:
     need: int
     by_fair_share: bool
     by_quota: bool
-    resource: int = 0
+    resource: int
+
+    def __init__(
+        self, queue: Queue, need: int, by_fair_share: bool, by_quota: bool, resource: int = 0
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.queue = queue
+        self.need = need
+        self.by_fair_share = by_fair_share
+        self.by_quota = by_quota
+        self.resource = resource
 
 
 def reclaim_resources(state: State, job: Job) -> tuple[int, ...]:
@@ -470,6 +504,37 @@ class _Take:
         | None
     ) = None
     """The suspended together pass (for ``settle``): its rows, counts and next row."""
+
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        state: State,
+        victims: Victims,
+        shares: Shares,
+        levels_of: dict[str, list[Level]],
+        reclaimed: tuple[int, ...],
+        clipped: bool = False,
+        judged: dict[str, tuple[list[Level], tuple[int, int, int]]] | None = None,
+        dearest: int = -1,
+        partial: bool = False,
+        rest: tuple[
+            Iterator[tuple[VictimItem, list[Level], int]],
+            dict[tuple[str, int], int],
+            dict[tuple[str, int], int],
+            tuple[VictimItem, list[Level], int],
+        ]
+        | None = None,
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.state = state
+        self.victims = victims
+        self.shares = shares
+        self.levels_of = levels_of
+        self.reclaimed = reclaimed
+        self.clipped = clipped
+        self.judged = {} if judged is None else judged
+        self.dearest = dearest
+        self.partial = partial
+        self.rest = rest
 
     def run(self, *, together: bool, ceiling: int | None = None, budget: int = NEVER) -> list[Job]:
         """The victims in order that may be taken: with ``together``, each while every
@@ -812,6 +877,27 @@ class _Room:
     must_free: tuple[int, int, int] = (0, 0, 0)
     """What the victims must hold together, per resource, for the job's queue and its
     ancestors to stay within their limits (``admission.limit_excess``; 0: no bound)."""
+
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        state: State,
+        victims: Victims,
+        stmt: Statement,
+        job: Job,
+        allowed: dict[str, None] | None,
+        demand: list[tuple[int, int]],
+        free: int,
+        must_free: tuple[int, int, int] = (0, 0, 0),
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.state = state
+        self.victims = victims
+        self.stmt = stmt
+        self.job = job
+        self.allowed = allowed
+        self.demand = demand
+        self.free = free
+        self.must_free = must_free
 
     def covers(self, victims: Iterable[Job]) -> bool:
         """Whether evicting ``victims`` frees at least ``must_free`` of every resource."""
