@@ -207,6 +207,80 @@ class Job:
     real share depends on the node it lands on; quotas charge the real slots).
     """
 
+    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+        self,
+        job: str,
+        queue: str,
+        pods: tuple[PodSpec, ...],
+        min_members: int,
+        priority: int,
+        priority_class: str,
+        preemptible: bool,
+        submitted_at: int,
+        seq: int,
+        expected_runtime_ms: int | None = None,
+        checkpoint_interval_ms: int | None = None,
+        status: str = PENDING,
+        placements: dict[str, PodPlacement] | None = None,
+        started: dict[str, int] | None = None,
+        finished: dict[str, bool] | None = None,
+        started_at: int | None = None,
+        attempt: int = 0,
+        checkpointed_ms: int = 0,
+        preemptions: int = 0,
+        reason: str = "",
+        cause: str = "",
+        promise: int = -1,
+        promised_at: int = -1,
+        min_per_group: dict[str, int] | None = None,
+        topology_key: str = "",
+        topology_required: bool = False,
+        placement: str = "",
+        allocated_at: int | None = None,
+        reclaimed_at: int | None = None,
+        bind_failures: int = 0,
+        backoff_until: int = 0,
+        backfill_for: str = "",
+        stale_since: int | None = None,
+        request: tuple[int, int, int] = (0, 0, 0),
+    ) -> None:
+        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
+        self.job = job
+        self.queue = queue
+        self.pods = pods
+        self.min_members = min_members
+        self.priority = priority
+        self.priority_class = priority_class
+        self.preemptible = preemptible
+        self.submitted_at = submitted_at
+        self.seq = seq
+        self.expected_runtime_ms = expected_runtime_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.status = status
+        self.placements = {} if placements is None else placements
+        self.started = {} if started is None else started
+        self.finished = {} if finished is None else finished
+        self.started_at = started_at
+        self.attempt = attempt
+        self.checkpointed_ms = checkpointed_ms
+        self.preemptions = preemptions
+        self.reason = reason
+        self.cause = cause
+        self.promise = promise
+        self.promised_at = promised_at
+        self.min_per_group = {} if min_per_group is None else min_per_group
+        self.topology_key = topology_key
+        self.topology_required = topology_required
+        self.placement = placement
+        self.allocated_at = allocated_at
+        self.reclaimed_at = reclaimed_at
+        self.bind_failures = bind_failures
+        self.backoff_until = backoff_until
+        self.backfill_for = backfill_for
+        self.stale_since = stale_since
+        self.request = request
+        self.__post_init__()
+
     def live(self) -> list[PodPlacement]:
         """Placements of pods that have not finished: what the job holds now."""
         if not self.finished:
