@@ -25,7 +25,6 @@ from scheduler.core.admission import (
     quota_reason,
 )
 from scheduler.core.backfill import (
-    RunningEnds,
     backfill_for,
     blocked_nodes,
     carried_plans,
@@ -35,7 +34,6 @@ from scheduler.core.backfill import (
 )
 from scheduler.core.blocked import blocked_reason
 from scheduler.core.consolidation import consolidate
-from scheduler.core.fairshare import cycle_shares
 from scheduler.core.headroom import Headroom, held_back
 from scheduler.core.pendingblocks import Key
 from scheduler.core.placement import (
@@ -49,7 +47,7 @@ from scheduler.core.reasons import Reason, backoff_reason
 from scheduler.core.running import NEVER, held_resources
 from scheduler.core.session import Emit, Session
 from scheduler.core.state import PENDING, FailedMemo, Job, Node, Queue, State
-from scheduler.core.victims import Victims, make_room, preemption
+from scheduler.core.victims import make_room, preemption
 
 Tried = Literal["placed", "failed", "skipped"]
 """What trying a job came to (``_try_job``)."""
@@ -69,12 +67,7 @@ def allocate(state: State, emit: Emit) -> None:
     s = Session(
         state,
         emit,
-        cycle_shares(state),
-        Victims(state),
-        RunningEnds(state),
         leaves,
-        {q.name: limited(state, q.name) for q in leaves},
-        failed=FailedShapes(state.shape_cache, exact_gangs=tuning.exact_gangs),
         planned=carried_plans(state) if tuning.carry_plans else {},
         known_failed=carried_failures(state) if tuning.carry_failures else None,
     )

@@ -316,17 +316,13 @@ class _Release:
     on_node: dict[str, list[str]] = field(default_factory=dict)
     """Per node: the jobs booked with a pod there (some may be evicted since)."""
 
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+    def __init__(
         self,
         stmt: Statement,
         pod_size: int,
         free: int,
         spots: dict[str, tuple[tuple[str, int], ...]],
         held: dict[str, int],
-        slots: int = 0,
-        extra: dict[str, int] | None = None,
-        booked: dict[str, tuple[Job, Sequence[tuple[str, int]]]] | None = None,
-        on_node: dict[str, list[str]] | None = None,
     ) -> None:
         # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
         self.stmt = stmt
@@ -334,10 +330,10 @@ class _Release:
         self.free = free
         self.spots = spots
         self.held = held
-        self.slots = slots
-        self.extra = {} if extra is None else extra
-        self.booked = {} if booked is None else booked
-        self.on_node = {} if on_node is None else on_node
+        self.slots = 0
+        self.extra = {}
+        self.booked = {}
+        self.on_node = {}
         self.__post_init__()
 
     def __post_init__(self) -> None:

@@ -217,23 +217,6 @@ class _Division:
     """Under ``share_rounding: whole``, each queue's place in the order queues were first
     configured (``State.queues`` keeps it); None for the exact milli division."""
 
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
-        self,
-        state: State,
-        resource: int,
-        demand: dict[str, list[int]],
-        shares: dict[str, list[int]],
-        deserved: dict[str, list[int]],
-        rank: dict[str, int] | None = None,
-    ) -> None:
-        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
-        self.state = state
-        self.resource = resource
-        self.demand = demand
-        self.shares = shares
-        self.deserved = deserved
-        self.rank = rank
-
     def children(self, queue: Queue) -> list[Queue]:
         return [self.state.queues[c] for c in queue.children if c in self.state.queues]
 

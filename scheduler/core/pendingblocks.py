@@ -164,21 +164,7 @@ def summarise(
     pending: list[Key], lo: int, hi: int, jobs: dict[str, Job], skip_of: SkipOf = _no_key
 ) -> Summary:
     """The summary of the jobs ``pending[lo:hi]``."""
-    preemptible: list[Request] = []
-    fixed: list[Request] = []
-    backoff = 0
-    keys: dict[int, tuple[Request, bool]] = {}
-    unkeyed: dict[tuple[Request, bool], None] = {}
-    for _, _, job_id in pending[lo:hi]:
-        job = jobs[job_id]
-        (preemptible if job.preemptible else fixed).append(job.request)
-        backoff = max(backoff, job.backoff_until)
-        key = skip_of(job)
-        if key < 0:
-            unkeyed[(job.request, job.preemptible)] = None
-        else:
-            keys[key] = (job.request, job.preemptible)
-    return Summary(minimal(preemptible), minimal(fixed), backoff, keys, list(unkeyed))
+    return grown(Summary([], [], 0), pending[lo:hi], jobs, skip_of)
 
 
 def grown(summary: Summary, added: list[Key], jobs: dict[str, Job], skip_of: SkipOf) -> Summary:
@@ -224,23 +210,6 @@ class PendingBlocks:
     held: HeldRun | None = None
     """The last run of whole blocks a walk found held back by admission
     (``allocate._pass_blocks``), valid across cycles as ``HeldRun`` says."""
-
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
-        self,
-        starts: list[Key] | None = None,
-        counts: list[int] | None = None,
-        summaries: list[Summary | None] | None = None,
-        grew: list[tuple[Summary, list[Key]] | None] | None = None,
-        size: int = 32,
-        held: HeldRun | None = None,
-    ) -> None:
-        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
-        self.starts = [] if starts is None else starts
-        self.counts = [] if counts is None else counts
-        self.summaries = [] if summaries is None else summaries
-        self.grew = [] if grew is None else grew
-        self.size = size
-        self.held = held
 
     @classmethod
     def of(cls, pending: list[Key], size: int) -> PendingBlocks:

@@ -109,29 +109,6 @@ class _Entry:
     gpus: bool = False
     """Whether it asks for GPUs: which of the end orders holds it."""
 
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
-        self,
-        end: tuple[int, int, str] | None,
-        leaf: str,
-        victim: str,
-        key: tuple[Any, ...] | None,
-        held: int,
-        under: str,
-        preemptible: bool = False,
-        priority: int = 0,
-        gpus: bool = False,
-    ) -> None:
-        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
-        self.end = end
-        self.leaf = leaf
-        self.victim = victim
-        self.key = key
-        self.held = held
-        self.under = under
-        self.preemptible = preemptible
-        self.priority = priority
-        self.gpus = gpus
-
 
 @dataclass(slots=True)
 class RunningIndex:

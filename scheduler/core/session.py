@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from events.model import Event
+from scheduler.core.admission import limited
 from scheduler.core.backfill import RunningEnds
-from scheduler.core.fairshare import Shares
+from scheduler.core.fairshare import Shares, cycle_shares
 from scheduler.core.headroom import Headroom
 from scheduler.core.placement import FailedShapes
 from scheduler.core.reasons import Reason, note_reason
@@ -104,34 +105,31 @@ class Session:
     """The rules keeping the GPUs of the queues above their deserved quota from reclaim
     (``blocked._kept_by``), since the last placement or eviction (None: to be worked out)."""
 
-    def __init__(  # noqa: PLR0913, PLR0917  (all a cycle begins with)
+    def __init__(
         self,
         state: State,
         emit: Emit,
-        shares: Shares,
-        victims: Victims,
-        running: RunningEnds,
         leaves: list[Queue],
-        limited: dict[str, bool],
         *,
-        failed: FailedShapes,
         planned: dict[tuple[object, ...], Reservation | None],
         known_failed: FailedShapes | None,
     ) -> None:
-        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python; every
-        # memo starts empty here)
+        """A cycle over ``leaves`` begins: the cycle's shares, victims and running ends are
+        worked out, ``planned`` and ``known_failed`` carried over from the last cycle
+        (``backfill.carried_plans``, ``allocate.carried_failures``), every memo empty.
+        (Written out: compiled, a dataclass's generated ``__init__`` runs as Python.)"""
         self.state = state
         self.emit = emit
-        self.shares = shares
-        self.victims = victims
-        self.running = running
+        self.shares = cycle_shares(state)
+        self.victims = Victims(state)
+        self.running = RunningEnds(state)
         self.leaves = leaves
-        self.limited = limited
+        self.limited = {q.name: limited(state, q.name) for q in leaves}
         self.reservations = []
         self.reserved_nodes = {}
         self.planned = planned
         self.kept_off = {}
-        self.failed = failed
+        self.failed = FailedShapes(state.shape_cache, exact_gangs=state.tuning.exact_gangs)
         self.known_failed = known_failed
         self.ranked = []
         self.ranked_keys = []

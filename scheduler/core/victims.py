@@ -505,24 +505,13 @@ class _Take:
     ) = None
     """The suspended together pass (for ``settle``): its rows, counts and next row."""
 
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
+    def __init__(
         self,
         state: State,
         victims: Victims,
         shares: Shares,
         levels_of: dict[str, list[Level]],
         reclaimed: tuple[int, ...],
-        clipped: bool = False,
-        judged: dict[str, tuple[list[Level], tuple[int, int, int]]] | None = None,
-        dearest: int = -1,
-        partial: bool = False,
-        rest: tuple[
-            Iterator[tuple[VictimItem, list[Level], int]],
-            dict[tuple[str, int], int],
-            dict[tuple[str, int], int],
-            tuple[VictimItem, list[Level], int],
-        ]
-        | None = None,
     ) -> None:
         # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
         self.state = state
@@ -530,11 +519,11 @@ class _Take:
         self.shares = shares
         self.levels_of = levels_of
         self.reclaimed = reclaimed
-        self.clipped = clipped
-        self.judged = {} if judged is None else judged
-        self.dearest = dearest
-        self.partial = partial
-        self.rest = rest
+        self.clipped = False
+        self.judged = {}
+        self.dearest = -1
+        self.partial = False
+        self.rest = None
 
     def run(self, *, together: bool, ceiling: int | None = None, budget: int = NEVER) -> list[Job]:
         """The victims in order that may be taken: with ``together``, each while every
@@ -877,27 +866,6 @@ class _Room:
     must_free: tuple[int, int, int] = (0, 0, 0)
     """What the victims must hold together, per resource, for the job's queue and its
     ancestors to stay within their limits (``admission.limit_excess``; 0: no bound)."""
-
-    def __init__(  # noqa: PLR0913, PLR0917  (one per field)
-        self,
-        state: State,
-        victims: Victims,
-        stmt: Statement,
-        job: Job,
-        allowed: dict[str, None] | None,
-        demand: list[tuple[int, int]],
-        free: int,
-        must_free: tuple[int, int, int] = (0, 0, 0),
-    ) -> None:
-        # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
-        self.state = state
-        self.victims = victims
-        self.stmt = stmt
-        self.job = job
-        self.allowed = allowed
-        self.demand = demand
-        self.free = free
-        self.must_free = must_free
 
     def covers(self, victims: Iterable[Job]) -> bool:
         """Whether evicting ``victims`` frees at least ``must_free`` of every resource."""
