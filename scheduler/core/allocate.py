@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Final, Literal
 
@@ -578,8 +578,8 @@ class _Plan:
     rule), and the jobs moved to defragment (with where they go)."""
 
     placements: list[PodPlacement]
-    evicted: list[tuple[Job, str]] = field(default_factory=list)
-    moves: list[tuple[Job, list[PodPlacement]]] = field(default_factory=list)
+    evicted: list[tuple[Job, str]]
+    moves: list[tuple[Job, list[PodPlacement]]]
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ end and takes no more (``Reservation.draining``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from events.model import PodPlacement
@@ -308,12 +308,12 @@ class _Release:
     spots: dict[str, tuple[tuple[str, int], ...]]
     held: dict[str, int]
     """The running index's GPUs held per job, by node and in all (``RunningIndex``)."""
-    slots: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
+    slots: int
+    extra: dict[str, int]
     """Per node: milli-GPUs its booked jobs hold there (that ``give_slots`` gives back)."""
-    booked: dict[str, tuple[Job, Sequence[tuple[str, int]]]] = field(default_factory=dict)
+    booked: dict[str, tuple[Job, Sequence[tuple[str, int]]]]
     """Booked job -> (the job, its nodes with the milli-GPUs it holds on each)."""
-    on_node: dict[str, list[str]] = field(default_factory=dict)
+    on_node: dict[str, list[str]]
     """Per node: the jobs booked with a pod there (some may be evicted since)."""
 
     def __init__(

@@ -18,7 +18,7 @@ over go by largest fraction, then the order the queues were configured in, then 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from events.model import Resources
@@ -105,7 +105,7 @@ class Shares:
     fair: dict[str, list[int]]
     deserved: dict[str, list[int]]
     demand: dict[str, list[int]]
-    placed: dict[str, list[int]] = field(default_factory=dict)
+    placed: dict[str, list[int]]
     """``[gpu_milli, cpu_milli, memory_mib]`` placed in each queue (and its ancestors)
     during this cycle: borrowing done in a cycle is not grounds for reclaiming from the
     same queue in that cycle."""

@@ -46,10 +46,10 @@ class Summary:
     """The minimal requests of its non-preemptible jobs."""
     backoff: int
     """The latest ``backoff_until`` of its jobs."""
-    keys: dict[int, tuple[Request, bool]] = field(default_factory=dict)
+    keys: dict[int, tuple[Request, bool]]
     """The skip keys of its jobs (``allocate.skip_id``), each with the request and
     preemptibility it stands for."""
-    unkeyed: list[tuple[Request, bool]] = field(default_factory=list)
+    unkeyed: list[tuple[Request, bool]]
     """The requests and preemptibility of its jobs that have no skip key."""
 
     def __init__(

@@ -243,7 +243,7 @@ class JobShape:
     uniform: int
     """The pod size of a plain gang of like pods, all required (``placement.uniform_size``);
     0: not such a gang."""
-    skip_id: int = -2
+    skip_id: int
     """``skip`` as a small number (``allocate.skip_id``: -1 none, -2 not numbered yet)."""
 
     def __init__(
@@ -252,14 +252,13 @@ class JobShape:
         memo: tuple[tuple[object, ...], tuple[int, ...]] | None,
         skip: tuple[object, ...] | None,
         uniform: int,
-        skip_id: int = -2,
     ) -> None:
         # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
         self.job = job
         self.memo = memo
         self.skip = skip
         self.uniform = uniform
-        self.skip_id = skip_id
+        self.skip_id = -2
 
 
 @dataclass(slots=True)
@@ -273,7 +272,7 @@ class Reservation:
     job: str
     start: int
     nodes: dict[str, None]
-    draining: bool = False
+    draining: bool
 
     def __init__(
         self, job: str, start: int, nodes: dict[str, None], draining: bool = False

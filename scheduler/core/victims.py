@@ -19,7 +19,7 @@ import heapq
 import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from events.model import JobPreempted, PodPlacement, PodSpec, PolicyConfigured
@@ -52,19 +52,14 @@ class Victims:
     """
 
     state: State
-    held: dict[str, int] = field(default_factory=dict)
-    lost_memo: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    held: dict[str, int]
+    lost_memo: dict[tuple[str, int, int], int]
 
-    def __init__(
-        self,
-        state: State,
-        held: dict[str, int] | None = None,
-        lost_memo: dict[tuple[str, int, int], int] | None = None,
-    ) -> None:
+    def __init__(self, state: State) -> None:
         # (written out: compiled, a dataclass's generated ``__init__`` runs as Python)
         self.state = state
-        self.held = {} if held is None else held
-        self.lost_memo = {} if lost_memo is None else lost_memo
+        self.held = {}
+        self.lost_memo = {}
 
     def streams(self, leaf: str) -> list[tuple[int | None, Iterator[VictimItem]]]:
         """The leaf's victims as sorted streams, each with the GPUs every job in it holds
@@ -232,9 +227,9 @@ class Candidates:
     a victim counted first does not block another that alone would make room."""
 
     victims: list[Job]
-    wider: Callable[[], list[Job]] | None = None
-    allows: Callable[[list[Job]], bool] | None = None
-    take: _Take | None = None
+    wider: Callable[[], list[Job]] | None
+    allows: Callable[[list[Job]], bool] | None
+    take: _Take | None
     """Reclaim's bounds, counted victim by victim (``_node_by_node``), with ``wider``."""
 
     def __init__(
@@ -485,13 +480,13 @@ class _Take:
     shares: Shares
     levels_of: dict[str, list[Level]]
     reclaimed: tuple[int, ...]
-    clipped: bool = False
+    clipped: bool
     """Whether a victim was left out only because of what those before it took."""
-    judged: dict[str, tuple[list[Level], tuple[int, int, int]]] = field(default_factory=dict)
+    judged: dict[str, tuple[list[Level], tuple[int, int, int]]]
     """Per victim taken alone (``together=False``): its levels and what they judge of it."""
-    dearest: int = -1
+    dearest: int
     """The most work (GPU-ms) a victim taken together (``together=True``) loses; -1: none."""
-    partial: bool = False
+    partial: bool
     """The together pass stopped past the lost-work budget before ``clipped`` was known;
     ``settle`` reads on when it is needed."""
     rest: (
@@ -502,7 +497,7 @@ class _Take:
             tuple[VictimItem, list[Level], int],
         ]
         | None
-    ) = None
+    )
     """The suspended together pass (for ``settle``): its rows, counts and next row."""
 
     def __init__(
