@@ -1,7 +1,9 @@
 """How good are the forecasts? Each job's forecast start against the start its ledger records.
 
     python -m bench.forecast [--every 10] [--limit 200] [--no-congested]
-                             [--arrivals none|recent ...] [--jobs N] [--json FILE]
+                             [--estimates given|learned|running-given|pending-given ...]
+                             [--arrivals none|recent ...] [--samples N] [--jobs N]
+                             [--json FILE]
 
 On both of ``bench.policy``'s runs — the multi-tenant week (``bench/multitenant``) and,
 where the shared trace is present, the congested Alibaba 2023 run — gpuledger simulates the
@@ -11,7 +13,11 @@ was submitted (``replay.forecast``), and compared with the start the same ledger
 
 - with **given** estimates: every job's true runtime, as a user who states it exactly would
   give it (the workload's runtimes);
-- with **learned** estimates: only what the ledger's history says of jobs like it.
+- with **learned** estimates: only what the ledger's history says of jobs like it;
+- as diagnostics, not measured by default (``--estimates``): **running-given** gives the
+  true runtimes of only the jobs running at the moment, **pending-given** those of only
+  the jobs pending, the rest learned: how much of the learned error each side's
+  estimates make.
 
 Only the sampled jobs that waited at least 10 minutes are forecast (the others are
 counted). Printed per run and kind, for those: how many were
@@ -51,17 +57,21 @@ from events.codec import decode_event
 from events.memlog import MemoryLedger
 from events.model import JobSubmitted
 from replay.config import ClusterFile, QueuesFile, WorkloadFile, load, policy_event
-from replay.forecast import ARRIVALS, Moment, Recent, forecast, moment_of
+from replay.forecast import ARRIVALS, SAMPLES, Moment, Recent, forecast, moment_of
 from replay.sim import Simulation
-from scheduler.core.state import PENDING
+from scheduler.core.state import ACTIVE, PENDING, State
 from scheduler.fold.outcomes import OutcomeFold
 
 HERE = Path(__file__).parent / "multitenant"
 WAITED_MS = 10 * 60_000
 """The targets hold for jobs that waited at least this long."""
-KINDS = tuple(
-    f"{estimates} / {assumed}" for estimates in ("given", "learned") for assumed in ARRIVALS
-)
+ESTIMATES = ("given", "learned")
+"""The estimates measured by default, each with its target."""
+DIAGNOSTICS = ("running-given", "pending-given")
+"""Estimates measured on request: true runtimes for one side of the moment only."""
+TARGETS = {"given": 0.20, "learned": 0.50}
+"""The median relative error each kind of estimates should stay within."""
+KINDS = tuple(f"{estimates} / {assumed}" for estimates in ESTIMATES for assumed in ARRIVALS)
 """What is measured on each run: given or learned estimates, under each arrivals assumption."""
 
 
@@ -118,6 +128,18 @@ def figures(cases: list[Case]) -> dict[str, Any]:
     }
 
 
+def given_for(estimates: str, runtimes: dict[str, int], state: State) -> dict[str, int] | None:
+    """The runtimes a forecast is given for ``estimates`` (``ESTIMATES``, ``DIAGNOSTICS``)
+    at the moment ``state`` holds: every job's, none (learned), or those of the jobs
+    running (active) or pending then only."""
+    if estimates == "given":
+        return runtimes
+    if estimates == "learned":
+        return None
+    side = ACTIVE if estimates == "running-given" else {PENDING}
+    return {j.job: runtimes[j.job] for j in state.jobs.values() if j.status in side}
+
+
 def _simulate(
     cluster: ClusterFile, queues: QueuesFile, workload: WorkloadFile
 ) -> tuple[MemoryLedger, dict[str, int]]:
@@ -135,9 +157,11 @@ def measure_run(
     every: int,
     limit: int,
     kinds: Sequence[str] = KINDS,
+    samples: int = SAMPLES,
 ) -> dict[str, Any]:
     """Simulate, then forecast the sampled submissions for each of ``kinds`` (``KINDS``:
-    given or learned estimates, under an arrivals assumption): the figures by kind."""
+    given or learned estimates, under an arrivals assumption), each from ``samples`` runs:
+    the figures by kind."""
     started = time.perf_counter()
     ledger, runtimes = _simulate(cluster, queues, workload)
     records = list(ledger.read(0))
@@ -185,10 +209,12 @@ def measure_run(
             continue  # not in the figures: not forecast, for speed
         moment = Moment(fold, world.bind_ms, world.startup_ms, records[index][0], recent)
         for kind, bucket in cases.items():
-            given = runtimes if kind.startswith("given") else None
-            assumed = kind.rsplit(" / ", 1)[1]
+            estimates, assumed = kind.split(" / ")
+            given = given_for(estimates, runtimes, fold.state)
             t = time.perf_counter()
-            (f,) = forecast(moment, given=given, jobs=[event.job], arrivals=assumed) or (None,)
+            (f,) = forecast(
+                moment, given=given, jobs=[event.job], arrivals=assumed, samples=samples
+            ) or (None,)
             cost += time.perf_counter() - t
             if f is None:  # started in the very cycle of its submission: not pending
                 continue
@@ -231,18 +257,25 @@ RUNS: dict[str, Callable[[], Inputs | None]] = {
 """The runs measured, and their inputs (None: not on this machine)."""
 
 
-def measure_kind(run: str, kind: str, every: int, limit: int) -> dict[str, Any] | None:
+def measure_kind(
+    run: str, kind: str, every: int, limit: int, samples: int = SAMPLES
+) -> dict[str, Any] | None:
     """One run's figures for one kind (in a worker process: ``main``), with its forecasts'
     seconds each; None when the run's inputs are not here."""
     inputs = RUNS[run]()
     if inputs is None:
         return None
-    out = measure_run(run, *inputs, every, limit, (kind,))
+    out = measure_run(run, *inputs, every, limit, (kind,), samples)
     return {**out[kind], "seconds_per_forecast": out["seconds_per_forecast"]}
 
 
 def measure(
-    runs: Sequence[str], kinds: Sequence[str], every: int, limit: int, jobs: int
+    runs: Sequence[str],
+    kinds: Sequence[str],
+    every: int,
+    limit: int,
+    jobs: int,
+    samples: int = SAMPLES,
 ) -> dict[str, dict[str, Any]]:
     """Every run's figures by kind, each (run, kind) in a fresh process, ``jobs`` at once;
     learned estimates under ``recent`` arrivals (the slowest) start first."""
@@ -252,7 +285,7 @@ def measure(
     )
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=spawn) as pool:
-        done = {t: pool.submit(measure_kind, *t, every, limit) for t in tasks}
+        done = {t: pool.submit(measure_kind, *t, every, limit, samples) for t in tasks}
         figures_ = {t: future.result() for t, future in done.items()}
     results: dict[str, dict[str, Any]] = {}
     for run in runs:
@@ -287,7 +320,7 @@ def cycle_cost(nodes: int = 1000, pods: int = 20_000, pending: int = 5_000) -> d
 
 def _row(label: str, f: dict[str, Any]) -> str:
     return (
-        f"{label:<32} {f['forecasts']:>9} {f['waited_10min']:>6} {f['beyond_horizon']:>7}"
+        f"{label:<38} {f['forecasts']:>9} {f['waited_10min']:>6} {f['beyond_horizon']:>7}"
         f" {f['median_abs_error_min']:>12.1f}"
         f" {100 * f['median_relative_error']:>12.0f} % {100 * f['within_25pct']:>8.0f} %"
         f" {f['bias_min']:>10.1f} {100 * f['range_holds']:>10.0f} %"
@@ -299,16 +332,19 @@ def report(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "Forecast accuracy (jobs that waited >= 10 min; error = forecast start (the middle "
         "run's) - actual start)",
-        f"{'run / estimates / arrivals':<32} {'forecasts':>9} {'waited':>6} {'beyond':>7}"
+        f"{'run / estimates / arrivals':<38} {'forecasts':>9} {'waited':>6} {'beyond':>7}"
         f" {'median |err|':>12} {'median rel.':>14} {'in ±25%':>10} {'bias':>10} {'in range':>12}",
-        f"{'':<32} {'':>9} {'':>6} {'':>7} {'(min)':>12} {'(target)':>14} {'':>10} {'(min)':>10}"
+        f"{'':<38} {'':>9} {'':>6} {'':>7} {'(min)':>12} {'(target)':>14} {'':>10} {'(min)':>10}"
         f" {'':>12}",
     ]
     for run, figures_ in results.items():
         for kind, f in figures_.items():
             if not isinstance(f, dict):
                 continue
-            target = 0.20 if kind.startswith("given") else 0.50
+            target = TARGETS.get(kind.split(" / ")[0])
+            if target is None:
+                lines.append(_row(f"{run} / {kind}", f) + "   (diagnostic)")
+                continue
             mark = "ok" if f["median_relative_error"] <= target else "MISSED"
             lines.append(_row(f"{run} / {kind}", f) + f"   (<= {100 * target:.0f} %: {mark})")
     lines.append(
@@ -326,10 +362,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=200, help="at most this many per run")
     parser.add_argument("--no-congested", action="store_true", help="skip the Alibaba run")
     parser.add_argument(
+        "--estimates",
+        action="append",
+        choices=ESTIMATES + DIAGNOSTICS,
+        help="measure with these estimates only (repeatable; default: given and learned; "
+        "running-given and pending-given are diagnostics)",
+    )
+    parser.add_argument(
         "--arrivals",
         action="append",
         choices=ARRIVALS,
         help="measure under this arrivals assumption only (repeatable; default: each)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=SAMPLES,
+        help=f"runs per forecast where runtimes are learned (default {SAMPLES}, as "
+        "gpuledger forecast's)",
     )
     parser.add_argument(
         "--jobs",
@@ -343,17 +393,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The cost first, alone, in a fresh process as a user's forecast runs, not on a heap
     # the accuracy runs have grown.
     cost = cycle_cost()
+    if args.samples < 1:
+        parser.error(f"--samples {args.samples}: expected at least 1")
+    estimates = tuple(args.estimates or ESTIMATES)
     arrivals = tuple(args.arrivals or ARRIVALS)
-    kinds = [k for k in KINDS if k.rsplit(" / ", 1)[1] in arrivals]
+    kinds = [f"{e} / {a}" for e in ESTIMATES + DIAGNOSTICS if e in estimates for a in arrivals]
     runs = [r for r in RUNS if not (args.no_congested and r == "congested")]
-    results: dict[str, dict[str, Any]] = measure(runs, kinds, args.every, args.limit, args.jobs)
+    results: dict[str, Any] = measure(runs, kinds, args.every, args.limit, args.jobs, args.samples)
     print(report(results))
+    print(f"runs per forecast with learned runtimes: {args.samples}")
     print(
         f"cost: forecasting all {cost['pending']:,} pending jobs of bench.core's cycle-1000 "
         f"state ({cost['started_within_horizon']:,} start within 7 days) took "
         f"{cost['seconds']:.1f} s ({cost['cpu_seconds']:.1f} CPU-s; target <= 10 s)"
     )
     results["cost"] = cost
+    results["samples"] = args.samples
     results["provenance"] = provenance()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

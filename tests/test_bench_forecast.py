@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.forecast import KINDS, Case, figures, report
+from bench.forecast import DIAGNOSTICS, ESTIMATES, KINDS, TARGETS, Case, figures, given_for, report
+from events.model import PodSpec
+from scheduler.core.state import ALLOCATED, PENDING, RUNNING, SUCCEEDED, Job, State
 
 MIN = 60_000
 HORIZON = 7 * 24 * 60 * MIN
@@ -45,3 +47,24 @@ def test_the_report_marks_each_kind_against_its_target() -> None:
     assert "(<= 50 %: ok)" in table and "run / x" not in table
     assert "(<= 20 %: ok)" in report({"run": {"given / none": good}})
     assert KINDS == ("given / none", "given / recent", "learned / none", "learned / recent")
+
+
+def test_the_diagnostics_give_one_side_of_the_moment_its_true_runtimes() -> None:
+    state = State()
+    statuses = {"run": RUNNING, "bind": ALLOCATED, "wait": PENDING, "done": SUCCEEDED}
+    for seq, (name, status) in enumerate(statuses.items()):
+        job = Job(name, "q", (PodSpec(name="p0"),), 1, 0, "train", True, 0, seq)
+        job.status = status
+        state.jobs[name] = job
+    truth = {"run": 10, "bind": 20, "wait": 30, "done": 40}
+    assert given_for("given", truth, state) is truth
+    assert given_for("learned", truth, state) is None
+    assert given_for("running-given", truth, state) == {"run": 10, "bind": 20}
+    assert given_for("pending-given", truth, state) == {"wait": 30}
+
+
+def test_the_report_marks_a_diagnostic_without_a_target() -> None:
+    poor = figures([_case("b", 100, 140, 90, 150 * MIN)])  # 40 %
+    table = report({"run": {"running-given / none": poor, "pending-given / none": poor}})
+    assert table.count("(diagnostic)") == 2 and "MISSED" not in table and "ok)" not in table
+    assert set(TARGETS) == set(ESTIMATES) and not set(DIAGNOSTICS) & set(TARGETS)
