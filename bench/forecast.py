@@ -136,7 +136,7 @@ def given_for(estimates: str, runtimes: dict[str, int], state: State) -> dict[st
         return runtimes
     if estimates == "learned":
         return None
-    side = ACTIVE if estimates == "running-given" else {PENDING}
+    side = ACTIVE if estimates == "running-given" else (PENDING,)
     return {j.job: runtimes[j.job] for j in state.jobs.values() if j.status in side}
 
 
