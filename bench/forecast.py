@@ -8,8 +8,9 @@
 On both of ``bench.policy``'s runs — the multi-tenant week (``bench/multitenant``) and,
 where the shared trace is present, the congested Alibaba 2023 run — gpuledger simulates the
 workload into a ledger. Then, at every ``--every``-th submission (thinned evenly to at most
-``--limit`` per run), the job's start is forecast from the ledger as it stood when the job
-was submitted (``replay.forecast``), and compared with the start the same ledger records:
+``--limit`` per run; ``--limit 0``: all of them), the job's start is forecast from the
+ledger as it stood when the job was submitted (``replay.forecast``), and compared with
+the start the same ledger records:
 
 - with **given** estimates: every job's true runtime, as a user who states it exactly would
   give it (the workload's runtimes);
@@ -24,7 +25,8 @@ counted). Printed per run and kind, for those: how many were
 rightly forecast later than the 7-day horizon (they started later still: no start to
 compare, so not in the errors); over the others, with the forecast start (the middle
 run's), the median absolute error (minutes), the median error relative to the actual
-wait, the share of forecasts within ±25 % of it and the bias (median signed error:
+wait (with its 95 % bootstrap interval over the jobs sampled: ``interval``), the share
+of forecasts within ±25 % of it and the bias (median signed error:
 positive is late); over all, the share of actual starts inside the forecast range
 (between the earliest and the latest run's start). Then the cost of forecasting
 every pending job of ``bench.core``'s ``cycle-1000`` state. Tests never assert on these
@@ -42,6 +44,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -99,6 +102,21 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
+RESAMPLES = 2000
+"""Bootstrap resamples behind a median's interval (``interval``)."""
+
+
+def interval(values: list[float], resamples: int = RESAMPLES) -> tuple[float, float]:
+    """The 95 % bootstrap interval of ``values``' median: how far it could move had other
+    jobs of the same runs been sampled. The resamples are drawn from a fixed seed, so a
+    rerun prints the same interval."""
+    if not values:
+        return float("nan"), float("nan")
+    draw = random.Random(0)
+    medians = sorted(_median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def figures(cases: list[Case]) -> dict[str, Any]:
     """The accuracy figures of the cases whose job waited at least ``WAITED_MS`` (the
     bench forecasts only those; ``forecasts`` it sets to the pending jobs it sampled): the
@@ -120,6 +138,7 @@ def figures(cases: list[Case]) -> dict[str, Any]:
         "beyond_horizon": len(waited) - len(compared),
         "median_abs_error_min": _median([abs(e) / 60_000 for e in errors]),
         "median_relative_error": _median(relative),
+        "median_relative_error_95": interval(relative),
         "within_25pct": sum(r <= 0.25 for r in relative) / len(relative)
         if relative
         else float("nan"),
@@ -149,6 +168,16 @@ def _simulate(
     return ledger, dict(sim.runtime)
 
 
+def sampled(submissions: list[int], every: int, limit: int) -> list[int]:
+    """Every ``every``-th of ``submissions`` (the first included), thinned evenly to at
+    most ``limit`` (0: not thinned)."""
+    out = submissions[::every]
+    if 0 < limit < len(out):
+        step = len(out) / limit
+        out = [out[int(k * step)] for k in range(limit)]
+    return out
+
+
 def measure_run(
     name: str,
     cluster: ClusterFile,
@@ -170,10 +199,9 @@ def measure_run(
     for _, env in records:
         if env.type == "pods_allocated":
             placed.setdefault(env.key, env.at)
-    submissions = [i for i, (o, env) in enumerate(records) if env.type == "job_submitted"][::every]
-    if len(submissions) > limit:
-        step = len(submissions) / limit
-        submissions = [submissions[int(k * step)] for k in range(limit)]
+    submissions = sampled(
+        [i for i, (o, env) in enumerate(records) if env.type == "job_submitted"], every, limit
+    )
     print(
         f"{name}: {len(records):,} records, {len(runtimes):,} jobs simulated in "
         f"{time.perf_counter() - started:.1f} s; forecasting {len(submissions)} submissions",
@@ -318,11 +346,18 @@ def cycle_cost(nodes: int = 1000, pods: int = 20_000, pending: int = 5_000) -> d
     }
 
 
+def relative_error(f: dict[str, Any]) -> str:
+    """The median relative error with its 95 % interval, as the tables print it."""
+    bounds = f.get("median_relative_error_95")  # absent from figures measured before it
+    within = f" ({100 * bounds[0]:.0f}–{100 * bounds[1]:.0f})" if bounds else ""
+    return f"{100 * f['median_relative_error']:.0f} %{within}"
+
+
 def _row(label: str, f: dict[str, Any]) -> str:
     return (
         f"{label:<38} {f['forecasts']:>9} {f['waited_10min']:>6} {f['beyond_horizon']:>7}"
         f" {f['median_abs_error_min']:>12.1f}"
-        f" {100 * f['median_relative_error']:>12.0f} % {100 * f['within_25pct']:>8.0f} %"
+        f" {relative_error(f):>16} {100 * f['within_25pct']:>8.0f} %"
         f" {f['bias_min']:>10.1f} {100 * f['range_holds']:>10.0f} %"
     )
 
@@ -333,9 +368,9 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "Forecast accuracy (jobs that waited >= 10 min; error = forecast start (the middle "
         "run's) - actual start)",
         f"{'run / estimates / arrivals':<38} {'forecasts':>9} {'waited':>6} {'beyond':>7}"
-        f" {'median |err|':>12} {'median rel.':>14} {'in ±25%':>10} {'bias':>10} {'in range':>12}",
-        f"{'':<38} {'':>9} {'':>6} {'':>7} {'(min)':>12} {'(target)':>14} {'':>10} {'(min)':>10}"
-        f" {'':>12}",
+        f" {'median |err|':>12} {'median rel.':>16} {'in ±25%':>10} {'bias':>10} {'in range':>12}",
+        f"{'':<38} {'':>9} {'':>6} {'':>7} {'(min)':>12} {'(95 % interval)':>16} {'':>10}"
+        f" {'(min)':>10} {'':>12}",
     ]
     for run, figures_ in results.items():
         for kind, f in figures_.items():
@@ -359,7 +394,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the accuracy measurement on both runs and print the table."""
     parser = argparse.ArgumentParser(prog="python -m bench.forecast")
     parser.add_argument("--every", type=int, default=10, help="forecast every N-th submission")
-    parser.add_argument("--limit", type=int, default=200, help="at most this many per run")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=200,
+        help="at most this many per run, thinned evenly (default 200; 0: every --every-th "
+        "submission)",
+    )
     parser.add_argument("--no-congested", action="store_true", help="skip the Alibaba run")
     parser.add_argument(
         "--estimates",
@@ -409,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     results["cost"] = cost
     results["samples"] = args.samples
+    results["sampling"] = {"every": args.every, "limit": args.limit}
     results["provenance"] = provenance()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

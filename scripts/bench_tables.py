@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: the repository's packages first
 
-from bench.forecast import TARGETS  # noqa: E402
+from bench.forecast import TARGETS, relative_error  # noqa: E402
 
 DOC = ROOT / "docs" / "operations.md"
 DATA = ROOT / "docs" / "bench"
@@ -74,19 +74,19 @@ def forecast_table(data: dict[str, Any]) -> str:
     """``bench.forecast``'s accuracy per run, estimates and arrivals, then its cost."""
     lines = [
         "| run | estimates | arrivals | forecasts | waited ≥ 10 min | rightly beyond horizon | "
-        "median abs. error | median relative error (target) | within ±25 % | bias | "
-        "start in range |",
+        "median abs. error | median relative error (95 % interval; target) | within ±25 % | "
+        "bias | start in range |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run, kinds in data.items():
-        if run in ("cost", "provenance") or not isinstance(kinds, dict):
+        if run in ("cost", "provenance", "sampling") or not isinstance(kinds, dict):
             continue
         for kind, f in kinds.items():
             if not isinstance(f, dict):
                 continue
             estimates, arrivals = kind.split(" / ")
             target = TARGETS.get(estimates)
-            relative = f"{100 * f['median_relative_error']:.0f} %"
+            relative = relative_error(f)
             if target is None:
                 relative += " (diagnostic)"
             else:
@@ -99,8 +99,17 @@ def forecast_table(data: dict[str, Any]) -> str:
                 f"{100 * f['within_25pct']:.0f} % | "
                 f"{f['bias_min']:+,.1f} min | {100 * f['range_holds']:.0f} % |"
             )
+    notes = []
+    sampling = data.get("sampling")
+    if sampling:
+        thinned = (
+            f", thinned evenly to at most {sampling['limit']} per run" if sampling["limit"] else ""
+        )
+        notes.append(f"The jobs forecast were every {sampling['every']}th submission{thinned}.")
     if "samples" in data:
-        lines += ["", f"Each forecast with learned runtimes took {data['samples']} runs."]
+        notes.append(f"Each forecast with learned runtimes took {data['samples']} runs.")
+    if notes:
+        lines += ["", " ".join(notes)]
     cost = data.get("cost")
     if cost:
         lines += [

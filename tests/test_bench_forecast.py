@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench.forecast import DIAGNOSTICS, ESTIMATES, KINDS, TARGETS, Case, figures, given_for, report
+from bench.forecast import (
+    DIAGNOSTICS,
+    ESTIMATES,
+    KINDS,
+    TARGETS,
+    Case,
+    _row,
+    figures,
+    given_for,
+    interval,
+    report,
+    sampled,
+)
 from events.model import PodSpec
 from scheduler.core.state import ALLOCATED, PENDING, RUNNING, SUCCEEDED, Job, State
 
@@ -68,3 +82,25 @@ def test_the_report_marks_a_diagnostic_without_a_target() -> None:
     table = report({"run": {"running-given / none": poor, "pending-given / none": poor}})
     assert table.count("(diagnostic)") == 2 and "MISSED" not in table and "ok)" not in table
     assert set(TARGETS) == set(ESTIMATES) and not set(DIAGNOSTICS) & set(TARGETS)
+
+
+def test_the_sample_is_every_nth_submission_thinned_evenly_unless_the_limit_is_0() -> None:
+    submissions = list(range(1000))
+    assert sampled(submissions, 10, 0) == list(range(0, 1000, 10))
+    assert sampled(submissions, 10, 200) == list(range(0, 1000, 10))  # 100: under the limit
+    thinned = sampled(submissions, 10, 25)
+    assert thinned == list(range(0, 1000, 40))
+
+
+def test_the_median_relative_errors_interval_holds_it_and_narrows_with_more_jobs() -> None:
+    few = [0.1, 0.3, 0.5, 0.7, 0.9] * 4
+    many = few * 25
+    low, high = interval(few)
+    assert low <= 0.5 <= high and low < high
+    assert interval(few) == (low, high)  # a fixed seed: the same interval every run
+    narrow_low, narrow_high = interval(many)
+    assert low <= narrow_low <= 0.5 <= narrow_high <= high
+    assert narrow_high - narrow_low < high - low
+    assert all(math.isnan(x) for x in interval([]))  # nothing to say
+    row = _row("run / learned / none", figures([_case("a", 100, 140, 90, 150 * MIN)]))
+    assert " 40 % (40–40) " in row
