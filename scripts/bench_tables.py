@@ -70,6 +70,13 @@ def core_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ordinal(n: int) -> str:
+    """The English suffix of ``n`` as an ordinal: 2nd, 3rd, 10th, 11th, 21st."""
+    if n % 100 in (11, 12, 13):
+        return "th"
+    return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
 def forecast_table(data: dict[str, Any]) -> str:
     """``bench.forecast``'s accuracy per run, estimates and arrivals, then its cost."""
     lines = [
@@ -105,7 +112,9 @@ def forecast_table(data: dict[str, Any]) -> str:
         thinned = (
             f", thinned evenly to at most {sampling['limit']} per run" if sampling["limit"] else ""
         )
-        notes.append(f"The jobs forecast were every {sampling['every']}th submission{thinned}.")
+        every = sampling["every"]
+        nth = "" if every == 1 else f"{every}{_ordinal(every)} "
+        notes.append(f"The jobs forecast were every {nth}submission{thinned}.")
     if "samples" in data:
         notes.append(f"Each forecast with learned runtimes took {data['samples']} runs.")
     if notes:
